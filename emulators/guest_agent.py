@@ -1,0 +1,187 @@
+"""A small client for qemu-guest-agent: run commands and read files in the guest.
+
+The agent speaks QMP-style JSON over a virtio-serial port whose host end is a
+unix socket. It has no greeting, so a session starts with
+`guest-sync-delimited` (the reply is preceded by 0xFF, which lets us skip any
+stale bytes from an earlier session). Every call has a deadline.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import GuestAgentError, WaitTimeout
+
+
+@dataclass(frozen=True)
+class GuestResult:
+    """What a command run in the guest returned."""
+
+    argv: tuple[str, ...]
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    def check(self) -> GuestResult:
+        if self.exit_code != 0:
+            raise GuestAgentError(
+                f"guest command {' '.join(self.argv)} exited {self.exit_code}: {self.stderr.strip()}"
+            )
+        return self
+
+
+class GuestAgent:
+    def __init__(self, socket_path: Path):
+        self.socket_path = socket_path
+        self._sock: socket.socket | None = None
+        self._buffer = b""
+        self._lock = threading.Lock()
+
+    # -- session --------------------------------------------------------------------------------
+    def wait_ready(self, timeout_s: float, alive=None) -> float:
+        """Sync with the agent, retrying until it answers; return seconds waited."""
+        started = time.monotonic()
+        deadline = started + timeout_s
+        while True:
+            if alive is not None:
+                alive()
+            try:
+                self.sync(timeout_s=min(2.0, max(0.1, deadline - time.monotonic())))
+                return time.monotonic() - started
+            except (GuestAgentError, OSError):
+                self.close()
+            if time.monotonic() > deadline:
+                raise WaitTimeout(f"guest agent did not answer within {timeout_s:.0f}s")
+            time.sleep(0.2)
+
+    def sync(self, timeout_s: float = 2.0) -> None:
+        with self._lock:
+            self._connect()
+            token = random.randint(1, 2**31)
+            self._send({"execute": "guest-sync-delimited", "arguments": {"id": token}})
+            deadline = time.monotonic() + timeout_s
+            while True:
+                reply = self._read_message(deadline, after_delimiter=True)
+                if reply.get("return") == token:
+                    return
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+        self._sock = None
+        self._buffer = b""
+
+    # -- commands -------------------------------------------------------------------------------
+    def call(self, command: str, arguments: dict | None = None, timeout_s: float = 10.0) -> Any:
+        with self._lock:
+            self._connect()
+            message: dict[str, Any] = {"execute": command}
+            if arguments:
+                message["arguments"] = arguments
+            self._send(message)
+            reply = self._read_message(time.monotonic() + timeout_s)
+        if "error" in reply:
+            err = reply["error"]
+            raise GuestAgentError(f"guest agent {command}: {err.get('class')}: {err.get('desc')}")
+        return reply.get("return")
+
+    def run(self, argv: list[str], timeout_s: float = 30.0, stdin: bytes | None = None) -> GuestResult:
+        """Run a program in the guest and wait for it (deadline timeout_s)."""
+        args: dict[str, Any] = {"path": argv[0], "arg": argv[1:], "capture-output": True}
+        if stdin is not None:
+            args["input-data"] = base64.b64encode(stdin).decode()
+        pid = self.call("guest-exec", args)["pid"]
+        deadline = time.monotonic() + timeout_s
+        delay = 0.01
+        while True:
+            status = self.call("guest-exec-status", {"pid": pid})
+            if status.get("exited"):
+                break
+            if time.monotonic() > deadline:
+                raise WaitTimeout(f"guest command {' '.join(argv)} still running after {timeout_s}s")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+        return GuestResult(
+            argv=tuple(argv),
+            exit_code=status.get("exitcode", -1 if "signal" in status else 0),
+            stdout=_decode(status.get("out-data")),
+            stderr=_decode(status.get("err-data")),
+        )
+
+    def shell(self, script: str, timeout_s: float = 30.0) -> GuestResult:
+        return self.run(["/bin/sh", "-c", script], timeout_s=timeout_s)
+
+    def read_file(self, path: str, limit: int = 4 << 20) -> bytes:
+        handle = self.call("guest-file-open", {"path": path, "mode": "r"})
+        try:
+            chunks = []
+            total = 0
+            while total < limit:
+                part = self.call("guest-file-read", {"handle": handle, "count": 65536})
+                data = base64.b64decode(part.get("buf-b64", ""))
+                chunks.append(data)
+                total += len(data)
+                if part.get("eof") or not data:
+                    break
+            return b"".join(chunks)
+        finally:
+            self.call("guest-file-close", {"handle": handle})
+
+    # -- wire -----------------------------------------------------------------------------------
+    def _connect(self) -> None:
+        if self._sock is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(str(self.socket_path))
+            self._sock = sock
+            self._buffer = b""
+
+    def _send(self, message: dict) -> None:
+        assert self._sock is not None
+        self._sock.sendall(json.dumps(message).encode() + b"\n")
+
+    def _read_message(self, deadline: float, after_delimiter: bool = False) -> dict:
+        assert self._sock is not None
+        if after_delimiter:
+            while b"\xff" not in self._buffer:
+                self._fill(deadline)
+            self._buffer = self._buffer.split(b"\xff")[-1]
+        while True:
+            line, sep, rest = self._buffer.partition(b"\n")
+            if sep:
+                self._buffer = rest
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    continue  # garbage from a half-read earlier session
+            self._fill(deadline)
+
+    def _fill(self, deadline: float) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            self.close()
+            raise GuestAgentError("guest agent: no reply before the deadline")
+        self._sock.settimeout(remaining)
+        try:
+            data = self._sock.recv(65536)
+        except TimeoutError:
+            self.close()
+            raise GuestAgentError("guest agent: no reply before the deadline") from None
+        if not data:
+            self.close()
+            raise GuestAgentError("guest agent: connection closed")
+        self._buffer += data
+
+
+def _decode(b64: str | None) -> str:
+    return base64.b64decode(b64).decode(errors="replace") if b64 else ""

@@ -1,0 +1,34 @@
+"""Where the guest image lives, and a clear error when it is not built."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ImageMissing
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+DEFAULT_IMAGE_DIR = CHECKOUT / "vm-images" / "build"
+
+
+@dataclass(frozen=True)
+class GuestImage:
+    kernel: Path
+    initramfs: Path
+    rootfs: Path
+    kernel_version: str
+
+    @classmethod
+    def locate(cls, folder: Path | None = None) -> GuestImage:
+        folder = Path(folder or os.environ.get("HILCONFORM_IMAGE_DIR", DEFAULT_IMAGE_DIR))
+        parts = {"kernel": "vmlinuz", "initramfs": "initramfs.cpio", "rootfs": "rootfs.ext4"}
+        missing = [name for name in parts.values() if not (folder / name).exists()]
+        if missing:
+            raise ImageMissing(
+                f"guest image incomplete in {folder} (missing {', '.join(missing)}); "
+                "build it with `make image` (as root)"
+            )
+        version_file = folder / "kernel-version"
+        version = version_file.read_text().strip() if version_file.exists() else "unknown"
+        return cls(**{k: folder / v for k, v in parts.items()}, kernel_version=version)

@@ -1,0 +1,100 @@
+"""Child processes that can never outlive us.
+
+Every QEMU, qemu-nbd or helper is started here: it gets PR_SET_PDEATHSIG so
+the kernel kills it if our process dies (a crashed pytest-xdist worker, a
+SIGKILL), its own session so a terminal's Ctrl-C reaches only us (we then stop
+it in order), and its PID is written to the instance folder so a later run
+can clean up after a machine crash.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec.
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class ChildProcess:
+    """A started child with a name, a log file and an ordered stop."""
+
+    def __init__(self, name: str, argv: Sequence[str], log_path: Path, pid_dir: Path):
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.popen = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+            start_new_session=True,
+        )
+        self.pid_file = pid_dir / f"{name}.pid"
+        self.pid_file.write_text(f"{self.popen.pid}\n")
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    def signal(self, signum: int) -> None:
+        if self.alive():
+            os.kill(self.popen.pid, signum)
+
+    def log_tail(self, limit: int = 2000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-limit:]
+        except OSError:
+            return ""
+
+    def stop(self, grace_s: float = 3.0) -> int | None:
+        """SIGTERM, wait up to grace_s, then SIGKILL. Safe to call twice."""
+        if self.alive():
+            try:
+                # A stopped process (SIGSTOP'd NBD server) must be continued to die by TERM.
+                os.kill(self.popen.pid, signal.SIGCONT)
+                os.kill(self.popen.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.popen.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=10)
+        self._log.close()
+        self.pid_file.unlink(missing_ok=True)
+        return self.popen.returncode
+
+
+def wait_for_path(path: Path, timeout_s: float, child: ChildProcess | None = None) -> None:
+    """Wait until a file or socket exists; fail early if the child exited."""
+    from .errors import InfrastructureError, WaitTimeout
+
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if child is not None and not child.alive():
+            raise InfrastructureError(
+                f"{child.name} exited with status {child.returncode()} before creating "
+                f"{path}; its output:\n{child.log_tail()}"
+            )
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"{path} did not appear within {timeout_s:.1f}s")
+        time.sleep(0.02)

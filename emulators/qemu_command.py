@@ -1,0 +1,118 @@
+"""Build the QEMU command line for an emulated host from its profile.
+
+q35, `-nodefaults`, TCG unless KVM is asked for. The project's own devices
+(root disk, the two 9p shares, virtio-serial for the agent and the runtime)
+sit on the root complex; every accelerator slot is a `pcie-root-port` with the
+profile's chassis/slot numbers and link caps, and the stand-in device below it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .errors import InfrastructureError
+from .image import CHECKOUT, GuestImage
+from .layout import InstanceLayout
+from .profile import DeviceKind, HostProfile, Slot
+
+ACCELERATORS = ("tcg", "kvm")
+KERNEL_ARGS = "console=ttyS0 root=/dev/vda rw loglevel=5 panic=-1 pcie_aspm=off"
+FIRST_PORT_ADDR = 0x10
+RUNTIME_PORT_NAME = "org.hilconform.runtime.0"
+AGENT_PORT_NAME = "org.qemu.guest_agent.0"
+
+
+def _device(**props) -> list[str]:
+    return ["-device", json.dumps(props, separators=(",", ":"))]
+
+
+def port_args(slot: Slot, index: int) -> list[str]:
+    return _device(
+        driver="pcie-root-port",
+        id=slot.port_id,
+        bus="pcie.0",
+        addr=f"0x{FIRST_PORT_ADDR + index:x}",
+        chassis=slot.chassis,
+        slot=slot.slot,
+        **{"x-speed": slot.link_speed, "x-width": slot.link_width},
+    )
+
+
+def queue_node(slot_name: str) -> str:
+    return f"q-{slot_name}"
+
+
+def nbd_blockdev(layout: InstanceLayout, slot_name: str) -> dict:
+    """The NBD client node that backs a queue device (QMP blockdev-add arguments)."""
+    return {
+        "driver": "nbd",
+        "node-name": queue_node(slot_name),
+        "server": {"type": "unix", "path": str(layout.nbd_socket(slot_name))},
+        "export": slot_name,
+    }
+
+
+def stand_in_device(slot: Slot, kind: DeviceKind, device_id: str) -> dict:
+    """`device_add` / `-device` properties for the stand-in device in a slot."""
+    props: dict = {"driver": kind.qemu_driver, "id": device_id, "bus": slot.port_id, "addr": "0"}
+    if kind.queue == "nbd":
+        props["drive"] = queue_node(slot.name)
+        props["serial"] = f"HILC-{slot.name.upper()}"
+    return props
+
+
+def build_argv(
+    qemu: str,
+    profile: HostProfile,
+    image: GuestImage,
+    layout: InstanceLayout,
+    accel: str = "tcg",
+) -> list[str]:
+    if accel not in ACCELERATORS:
+        raise InfrastructureError(f"unknown accelerator {accel!r} (use one of {ACCELERATORS})")
+    argv = [
+        qemu,
+        "-name", f"hilconform-{profile.name}",
+        "-machine", "q35",
+        "-accel", accel,
+        "-cpu", "qemu64" if accel == "tcg" else "host",
+        "-m", str(profile.memory_mib),
+        "-smp", str(profile.cpus),
+        "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot", "-S",
+        "-qmp", f"unix:{layout.qmp_socket},server=on,wait=off",
+        "-chardev", f"file,id=console,path={layout.console_log}",
+        "-serial", "chardev:console",
+        "-kernel", str(image.kernel),
+        "-initrd", str(image.initramfs),
+        "-append", KERNEL_ARGS,
+        # Root disk: writes go to a throw-away overlay, so parallel VMs share one image.
+        "-drive", f"if=none,id=root,format=raw,file={image.rootfs},snapshot=on",
+    ]
+    argv += _device(driver="virtio-blk-pci", drive="root", bus="pcie.0", addr="0x2")
+    argv += _share_args("src", "hilconform_src", CHECKOUT, "0x3")
+    argv += _share_args("run", "hilconform_run", layout.guest_share, "0x4")
+    argv += _device(driver="virtio-serial-pci", id="vser", bus="pcie.0", addr="0x5")
+    for chardev, sock, name in (
+        ("qga", layout.agent_socket, AGENT_PORT_NAME),
+        ("rt", layout.runtime_socket, RUNTIME_PORT_NAME),
+    ):
+        argv += ["-chardev", f"socket,id={chardev},path={sock},server=on,wait=off"]
+        argv += _device(driver="virtserialport", bus="vser.0", chardev=chardev, name=name)
+    if profile.hotplug_mode == "native":
+        argv += ["-global", "ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off"]
+    for index, slot in enumerate(profile.slots):
+        argv += port_args(slot, index)
+        if slot.populated:
+            kind = profile.kind(slot.device)
+            if kind.queue == "nbd":
+                argv += ["-blockdev", json.dumps(nbd_blockdev(layout, slot.name))]
+            argv += _device(**stand_in_device(slot, kind, slot.name))
+    return argv
+
+
+def _share_args(fsdev: str, tag: str, path: Path, addr: str) -> list[str]:
+    return [
+        "-fsdev", f"local,id={fsdev},path={path},security_model=none,readonly=on",
+        *_device(driver="virtio-9p-pci", fsdev=fsdev, mount_tag=tag, bus="pcie.0", addr=addr),
+    ]

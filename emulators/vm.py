@@ -1,0 +1,178 @@
+"""One emulated host: QEMU, its NBD queue backends, QMP session and guest agent.
+
+Start: instance folder, NBD backends, QEMU paused (`-S`), one QMP session,
+`cont`, then wait until the guest agent answers. Stop: QMP `quit`, then
+SIGTERM, then SIGKILL; every child ends and the folder goes (unless kept).
+Any VM still running when the interpreter exits (Ctrl-C) is stopped by an
+atexit hook; if the process is killed outright, PR_SET_PDEATHSIG does it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import time
+import weakref
+from pathlib import Path
+
+from . import instance_dir
+from .errors import InfrastructureError, QemuDied
+from .guest_agent import GuestAgent
+from .image import GuestImage
+from .layout import InstanceLayout
+from .nbd_queue import NbdQueueBackend
+from .processes import ChildProcess, wait_for_path
+from .profile import HostProfile
+from .qemu_command import build_argv
+from .qmp_session import QmpSession
+from .toolchain import qemu_binary, qemu_version
+
+_live_vms: weakref.WeakSet[EmulatedVM] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for vm in list(_live_vms):
+        vm.stop()
+
+
+class EmulatedVM:
+    def __init__(
+        self,
+        profile: HostProfile,
+        image: GuestImage | None = None,
+        accel: str = "tcg",
+        keep: bool = False,
+        runtime_config: str | None = None,
+        runtime_module: str | None = None,
+    ):
+        self.profile = profile
+        self.image = image or GuestImage.locate()
+        self.accel = accel
+        self.keep = keep
+        self.runtime_config = runtime_config
+        self.runtime_module = runtime_module
+        self.qemu_binary = qemu_binary()
+        self.qemu_version = qemu_version(self.qemu_binary)
+        self.layout: InstanceLayout | None = None
+        self.qemu: ChildProcess | None = None
+        self.qmp: QmpSession | None = None
+        self.agent: GuestAgent | None = None
+        self.queues: dict[str, NbdQueueBackend] = {}
+        self.timings: dict[str, float] = {}
+        self._stopped = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self, ready_timeout_s: float | None = None) -> EmulatedVM:
+        ready_timeout_s = ready_timeout_s or self.profile.budgets.get("guest_ready_s", 90.0)
+        started = time.monotonic()
+        self.layout = InstanceLayout(instance_dir.make_instance_dir(self.profile.name))
+        _live_vms.add(self)
+        try:
+            self._write_guest_share()
+            for slot in self.profile.slots:
+                if slot.populated and self.profile.kind(slot.device).queue == "nbd":
+                    self.queue_backend(slot.name)
+            argv = build_argv(self.qemu_binary, self.profile, self.image, self.layout, self.accel)
+            (self.layout.folder / "qemu.argv.json").write_text(json.dumps(argv, indent=1))
+            self.qemu = ChildProcess("qemu", argv, self.layout.qemu_log, self.layout.pids)
+            wait_for_path(self.layout.qmp_socket, 15.0, self.qemu)
+            self.qmp = QmpSession(self.layout.qmp_socket, self.layout.qmp_events)
+            self.qmp.connect()
+            self.qmp.execute("cont")
+            self.timings["qemu_started_s"] = time.monotonic() - started
+            self.agent = GuestAgent(self.layout.agent_socket)
+            self.agent.wait_ready(ready_timeout_s, alive=self.check_alive)
+            self.timings["guest_ready_s"] = time.monotonic() - started
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _write_guest_share(self) -> None:
+        share = self.layout.guest_share
+        share.mkdir()
+        if self.runtime_config is not None:
+            (share / "runtime.toml").write_text(self.runtime_config)
+        if self.runtime_module:
+            (share / "runtime.module").write_text(self.runtime_module + "\n")
+
+    def queue_backend(self, slot_name: str) -> NbdQueueBackend:
+        """The NBD backend of a slot's queue device, started on first use."""
+        if slot_name not in self.queues:
+            slot = self.profile.slot(slot_name)
+            kind = self.profile.kind(slot.device if slot.populated else slot.accepts)
+            backend = NbdQueueBackend(self.layout, slot_name, kind.disk_mib)
+            backend.start()
+            self.queues[slot_name] = backend
+        return self.queues[slot_name]
+
+    def check_alive(self) -> None:
+        """Raise QemuDied (with QEMU's output and the console tail) if QEMU is gone."""
+        if self.qemu is None or self.qemu.alive():
+            return
+        raise QemuDied(
+            f"QEMU exited with status {self.qemu.returncode()}.\n"
+            f"QEMU output:\n{self.qemu.log_tail()}\nconsole tail:\n{self.console_tail()}"
+        )
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        _live_vms.discard(self)
+        if self.agent is not None:
+            self.agent.close()
+        if self.qmp is not None:
+            if self.qemu is not None and self.qemu.alive():
+                for backend in self.queues.values():
+                    if backend.stalled:
+                        backend.resume()  # a stuck backend can freeze QEMU's quit
+                try:
+                    self.qmp.execute("quit", timeout_s=grace_s)
+                except InfrastructureError:
+                    pass
+            self.qmp.close()
+        if self.qemu is not None:
+            try:
+                self.qemu.popen.wait(timeout=grace_s)
+            except Exception:
+                pass
+            self.qemu.stop()
+        for backend in self.queues.values():
+            backend.stop()
+        if self.layout is not None:
+            instance_dir.remove_instance_dir(self.layout.folder, keep=self.keep)
+
+    def __enter__(self) -> EmulatedVM:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- observations ---------------------------------------------------------------------------
+    def console_tail(self, limit: int = 4000) -> str:
+        return _tail(self.layout.console_log if self.layout else None, limit)
+
+    def console_log(self) -> str:
+        return _tail(self.layout.console_log if self.layout else None, 1 << 22)
+
+    def qmp_events_text(self) -> str:
+        return _tail(self.layout.qmp_events if self.layout else None, 1 << 22)
+
+    def guest_dmesg(self) -> str:
+        return self.agent.run(["dmesg"], timeout_s=20).stdout
+
+    @property
+    def pids(self) -> list[int]:
+        pids = [self.qemu.pid] if self.qemu else []
+        return pids + [b.process.pid for b in self.queues.values() if b.process]
+
+
+def _tail(path: Path | None, limit: int) -> str:
+    if path is None:
+        return ""
+    try:
+        return path.read_text(errors="replace")[-limit:]
+    except OSError:
+        return ""

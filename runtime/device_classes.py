@@ -1,0 +1,133 @@
+"""Per-class hooks (queue probe, firmware version, interrupt readiness), chosen from IDs/class/driver.
+
+Why: hot-add and hot-remove are generic procedures; what "queue drained",
+"firmware version" and "interrupts ready" mean differs per device class.
+"""
+
+from __future__ import annotations
+
+import glob
+
+from .inventory import DeviceInfo
+from .sysfs import Sysfs
+
+# QEMU's edu and pci-testdev have no Linux driver: nothing binds, which is fine.
+DRIVERLESS_IDS = frozenset({"1234:11e8", "1b36:0005"})
+_CONFIG_KEYS = ("firmware", "driverless")
+
+
+class ClassHooks:
+    """Generic PCI function: no queue probe, no firmware version, a driver is required."""
+
+    name = "generic"
+
+    def __init__(self, firmware_override: str | None = None, requires_driver: bool = True):
+        self.firmware_override = firmware_override
+        self.requires_driver = requires_driver
+
+    def queue_depth(self, sysfs: Sysfs, bdf: str) -> int | None:
+        """Commands in flight; None means this class has no queue probe (drain is a no-op)."""
+        return None
+
+    def firmware_version(self, sysfs: Sysfs, bdf: str, info: DeviceInfo) -> str | None:
+        """Firmware version (the configured per-ID override wins), None when unknown."""
+        if self.firmware_override is not None:
+            return self.firmware_override
+        return self._read_firmware(sysfs, bdf)
+
+    def _read_firmware(self, sysfs: Sysfs, bdf: str) -> str | None:
+        return None
+
+    def interrupts_ready(self, sysfs: Sysfs, bdf: str, info: DeviceInfo) -> bool:
+        """Driver bound, MSI/MSI-X enabled, or MSI vectors allocated; always True where no driver is expected."""
+        if not self.requires_driver:
+            return True
+        if sysfs.driver(bdf) is not None or sysfs.msi_irqs(bdf):
+            return True
+        caps = info.capabilities
+        return bool(caps.get("msi_enabled") or caps.get("msix_enabled"))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} requires_driver={self.requires_driver}>"
+
+
+class BlockHooks(ClassHooks):
+    """Mass storage with block devices below it (virtio-blk, SCSI HBAs): in-flight block requests."""
+
+    name = "block"
+
+    def queue_depth(self, sysfs: Sysfs, bdf: str) -> int | None:
+        inflight = sysfs.block_inflight(bdf)
+        return None if inflight is None else sum(inflight)
+
+
+class NvmeHooks(BlockHooks):
+    """NVMe controller: queue = in-flight requests of its namespaces, firmware = nvme/nvmeN/firmware_rev.
+
+    The queue depth is 0 (not None) while no namespace is visible: nothing
+    can be in flight through the block layer then.
+    """
+
+    name = "nvme"
+
+    def queue_depth(self, sysfs: Sysfs, bdf: str) -> int | None:
+        return super().queue_depth(sysfs, bdf) or 0
+
+    def _read_firmware(self, sysfs: Sysfs, bdf: str) -> str | None:
+        for path in sorted(glob.glob(sysfs.device_path(bdf, "nvme", "nvme*", "firmware_rev"))):
+            value = _read(path)
+            if value:
+                return value
+        return None
+
+
+class NvidiaGpuHooks(ClassHooks):
+    """NVIDIA GPU on a real host: firmware = the VBIOS version the driver reports in /proc."""
+
+    name = "nvidia_gpu"
+
+    def _read_firmware(self, sysfs: Sysfs, bdf: str) -> str | None:
+        text = _read(sysfs.path("proc", "driver", "nvidia", "gpus", bdf, "information")) or ""
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip().lower() == "video bios" and value.strip():
+                return value.strip()
+        return None
+
+
+def hooks_for(info: DeviceInfo, config: dict | None = None) -> ClassHooks:
+    """Hooks for a device, chosen by class code, then vendor, then bound driver.
+
+    ``config`` is the runtime TOML's class table, e.g.
+    {"firmware": {"1b36:0010": "1.0"}, "driverless": ["1234:11e8"]}: devices
+    with those IDs report that firmware version (emulated devices report what
+    their host profile says) / need no driver. Unknown keys raise ValueError.
+    """
+    config = config or {}
+    for key in config:
+        if key not in _CONFIG_KEYS:
+            raise ValueError(f"device classes: unknown key {key!r} (known: {', '.join(_CONFIG_KEYS)})")
+    firmware = config.get("firmware", {})
+    if not isinstance(firmware, dict):
+        raise ValueError("device classes 'firmware' must be a table of 'vvvv:dddd' = 'version'")
+    driverless = DRIVERLESS_IDS | {str(i).lower() for i in config.get("driverless", [])}
+    override = firmware.get(info.ids)
+    kwargs = {
+        "firmware_override": None if override is None else str(override),
+        "requires_driver": info.ids not in driverless,
+    }
+    if info.class_code == 0x010802 or info.driver == "nvme":
+        return NvmeHooks(**kwargs)
+    if info.vendor_id == 0x10DE and info.class_code >> 16 == 0x03:
+        return NvidiaGpuHooks(**kwargs)
+    if info.class_code >> 16 == 0x01:
+        return BlockHooks(**kwargs)
+    return ClassHooks(**kwargs)
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return None

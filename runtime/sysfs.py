@@ -1,0 +1,259 @@
+"""All file access of the runtime's device layer goes through :class:`Sysfs`.
+
+Why: the runtime runs as root on real hosts and in the guest, but its unit
+tests run against a fake tree in a temporary folder (``root``), so nothing in
+the runtime may open ``/sys`` (or ``/proc``, ``/dev``) directly.
+"""
+
+from __future__ import annotations
+
+import glob
+import mmap
+import os
+import re
+
+PCI_DEVICES = ("sys", "bus", "pci", "devices")
+PCI_SLOTS = ("sys", "bus", "pci", "slots")
+BDF_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+AER_CATEGORIES = ("correctable", "nonfatal", "fatal")
+_BLOCK_WALK_DEPTH = 6
+
+
+class Sysfs:
+    """sysfs and friends below ``root`` ("/" in production, a tmp dir in tests)."""
+
+    def __init__(self, root: str = "/"):
+        self.root = os.path.abspath(root)
+
+    # --- paths -----------------------------------------------------------
+    def path(self, *parts: str) -> str:
+        """Absolute path of ``parts`` (relative to root: ``path("sys", "bus", "pci")``)."""
+        return os.path.join(self.root, *(p.lstrip("/") for p in parts))
+
+    def device_path(self, bdf: str, *parts: str) -> str:
+        """Path of devices/BDF[/parts] (the bus link, not the resolved device folder)."""
+        return self.path(*PCI_DEVICES, bdf, *parts)
+
+    # --- enumeration -------------------------------------------------------
+    def pci_addresses(self) -> list[str]:
+        """Sorted BDFs ("0000:01:00.0") under sys/bus/pci/devices."""
+        try:
+            names = os.listdir(self.path(*PCI_DEVICES))
+        except OSError:
+            return []
+        return sorted(n for n in names if BDF_RE.match(n))
+
+    def exists(self, bdf: str) -> bool:
+        return os.path.exists(self.device_path(bdf))
+
+    def parent_bdf(self, bdf: str) -> str | None:
+        """BDF of the bridge/port above the device (from the resolved device path), None at the root bus."""
+        parent = os.path.basename(os.path.dirname(os.path.realpath(self.device_path(bdf))))
+        return parent if BDF_RE.match(parent) else None
+
+    # --- attributes --------------------------------------------------------
+    def read_config(self, bdf: str) -> bytes:
+        """The ``config`` file (64 B unprivileged, 256 B or 4 KiB as root). Raises OSError."""
+        with open(self.device_path(bdf, "config"), "rb", buffering=0) as f:
+            return f.read(4096)
+
+    def attr(self, bdf: str, name: str) -> str | None:
+        """Stripped text of devices/BDF/NAME; None if absent or unreadable."""
+        return _read_text(self.device_path(bdf, name))
+
+    def write_attr(self, bdf: str, name: str, value: str) -> None:
+        """Write devices/BDF/NAME in one write(2); raises OSError naming the path."""
+        _write_text(self.device_path(bdf, name), value)
+
+    def driver(self, bdf: str) -> str | None:
+        """Basename of the ``driver`` link, None when unbound."""
+        try:
+            return os.path.basename(os.readlink(self.device_path(bdf, "driver")))
+        except OSError:
+            return None
+
+    def resources(self, bdf: str) -> list[tuple[int, int, int]]:
+        """(start, end, flags) per line of ``resource`` (line i = BAR i, 6 = ROM); [] if absent."""
+        text = self.attr(bdf, "resource")
+        out: list[tuple[int, int, int]] = []
+        for line in (text or "").splitlines():
+            fields = line.split()
+            try:
+                start, end, flags = (int(x, 16) for x in fields[:3])
+            except ValueError:
+                break
+            out.append((start, end, flags))
+        return out
+
+    def numa_node(self, bdf: str) -> int | None:
+        """NUMA node, None when unknown (sysfs says -1, or no such file)."""
+        value = _to_int(self.attr(bdf, "numa_node"), 10)
+        return value if value is not None and value >= 0 else None
+
+    def reset_methods(self, bdf: str) -> list[str]:
+        """Entries of ``reset_method`` in the kernel's order; [] when absent (no reset, or kernel < 5.15)."""
+        return (self.attr(bdf, "reset_method") or "").split()
+
+    def msi_irqs(self, bdf: str) -> list[int]:
+        """IRQ numbers of allocated MSI/MSI-X vectors (the ``msi_irqs`` folder)."""
+        try:
+            names = os.listdir(self.device_path(bdf, "msi_irqs"))
+        except OSError:
+            return []
+        return sorted(int(n) for n in names if n.isdigit())
+
+    # --- slots -------------------------------------------------------------
+    def slot_of(self, bdf: str) -> str | None:
+        """Name N of bus/pci/slots/N whose ``address`` is this device's domain:bus:dev."""
+        device_address = bdf.rsplit(".", 1)[0]
+        bus_address = device_address.rsplit(":", 1)[0]
+        try:
+            slots = sorted(os.listdir(self.path(*PCI_SLOTS)))
+        except OSError:
+            return None
+        for slot in slots:
+            address = _read_text(self.path(*PCI_SLOTS, slot, "address"))
+            if address in (device_address, bus_address):
+                return slot
+        return None
+
+    def slot_power(self, slot: str, on: bool) -> None:
+        """Write 1/0 to bus/pci/slots/N/power; raises OSError naming the path."""
+        _write_text(self.path(*PCI_SLOTS, slot, "power"), "1" if on else "0")
+
+    def slot_attr(self, slot: str, name: str) -> str | None:
+        return _read_text(self.path(*PCI_SLOTS, slot, name))
+
+    # --- device memory and queues --------------------------------------
+    def read_mmio(self, bdf: str, bar: int, offset: int = 0, size: int = 4) -> bytes | None:
+        """``size`` bytes at ``offset`` of BAR ``bar`` via resourceN: mmap (memory BARs),
+        else pread (I/O BARs, plain files); None when not possible (no BAR, no rights, gone).
+        Aligned 4/8-byte reads are done as one load, as device registers expect.
+        """
+        path = self.device_path(bdf, f"resource{bar}")
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            length = os.fstat(fd).st_size
+            if length and offset + size > length:
+                return None
+            data = _mmap_read(fd, offset, size)
+            if data is None:
+                data = os.pread(fd, size, offset)
+            return data if len(data) == size else None
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    def block_inflight(self, bdf: str) -> tuple[int, int] | None:
+        """Sum of (reads, writes) in flight over block devices below the device; None if none.
+
+        nvme is looked up directly (nvme/nvme*/nvme*n*/inflight, polled during
+        drains); other classes by a shallow walk that stops at child PCI functions.
+        """
+        paths = glob.glob(self.device_path(bdf, "nvme", "nvme*", "nvme*n*", "inflight"))
+        if not paths:
+            paths = self._walk_inflight(bdf)
+        total, found = [0, 0], False
+        for p in paths:
+            fields = (_read_text(p) or "").split()
+            if len(fields) >= 2 and fields[0].isdigit() and fields[1].isdigit():
+                total[0] += int(fields[0])
+                total[1] += int(fields[1])
+                found = True
+        return (total[0], total[1]) if found else None
+
+    def _walk_inflight(self, bdf: str) -> list[str]:
+        top = os.path.realpath(self.device_path(bdf))
+        found: list[str] = []
+        for dirpath, dirnames, filenames in os.walk(top):
+            depth = dirpath[len(top) :].count(os.sep)
+            if "inflight" in filenames and "dev" in filenames and dirpath != top:
+                found.append(os.path.join(dirpath, "inflight"))
+                dirnames[:] = []  # partitions are counted in their disk
+                continue
+            dirnames[:] = [
+                d for d in dirnames
+                if depth < _BLOCK_WALK_DEPTH and not BDF_RE.match(d) and d not in ("power", "msi_irqs")
+            ]
+        return found
+
+    # --- errors and placement -------------------------------------------
+    def aer_counters(self, bdf: str) -> dict[str, dict[str, int]]:
+        """{"correctable"|"nonfatal"|"fatal": {NAME: count}} from aer_dev_*; {} if absent (no AER)."""
+        out: dict[str, dict[str, int]] = {}
+        for category in AER_CATEGORIES:
+            text = self.attr(bdf, f"aer_dev_{category}")
+            if text is None:
+                continue
+            counts: dict[str, int] = {}
+            for line in text.splitlines():
+                fields = line.split()
+                if len(fields) == 2 and fields[1].isdigit():
+                    counts[fields[0]] = int(fields[1])
+            out[category] = counts
+        return out
+
+    def aer_rootport_totals(self, bdf: str) -> dict[str, int]:
+        """{"cor"|"fatal"|"nonfatal": n} from aer_rootport_total_err_* (root ports only); {} if absent.
+
+        An error injected at a root port is counted here, not on the endpoint below.
+        """
+        out: dict[str, int] = {}
+        for kind in ("cor", "fatal", "nonfatal"):
+            value = _to_int(self.attr(bdf, f"aer_rootport_total_err_{kind}"), 10)
+            if value is not None:
+                out[kind] = value
+        return out
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+
+
+def _write_text(path: str, value: str) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot open {path} for writing: {exc.strerror}", path) from None
+    try:
+        os.write(fd, value.encode())
+    except OSError as exc:
+        raise OSError(exc.errno, f"writing {value!r} to {path} failed: {exc.strerror}", path) from None
+    finally:
+        os.close(fd)
+
+
+def _to_int(text: str | None, base: int) -> int | None:
+    try:
+        return int(text, base) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _mmap_read(fd: int, offset: int, size: int) -> bytes | None:
+    """Read through a mapping of the page(s) holding [offset, offset+size); None if mmap is refused."""
+    page = offset - offset % mmap.ALLOCATIONGRANULARITY
+    try:
+        mapped = mmap.mmap(fd, offset - page + size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
+    except (OSError, ValueError):
+        return None
+    try:
+        view = memoryview(mapped)
+        start = offset - page
+        try:
+            if size in (4, 8) and offset % size == 0:
+                word = view[start : start + size].cast("I" if size == 4 else "Q")[0]
+                return word.to_bytes(size, "little")
+            return bytes(view[start : start + size])
+        finally:
+            view.release()
+    finally:
+        mapped.close()

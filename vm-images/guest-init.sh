@@ -1,0 +1,47 @@
+#!/bin/bash
+# Guest init (PID 1), read from the project share at every boot: start udev,
+# the guest agent and, when the host asked for one, the device runtime.
+# See docs/guest-contract.md. Never exits: PID 1 exiting panics the kernel.
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+log() { echo "hilconform-init: $*" > /dev/console; }
+
+mount -t devpts devpts /dev/pts 2>/dev/null
+mkdir -p /run/udev /run/hilconform /dev/pts
+hostname hilconform-guest
+
+# The per-VM folder of the host: runtime configuration and selection.
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,ro hilconform_run /opt/hilconform/run \
+    || log "no hilconform_run share"
+
+/lib/systemd/systemd-udevd --daemon --resolve-names=never
+udevadm trigger --type=subsystems --action=add
+udevadm trigger --type=devices --action=add
+udevadm settle --timeout=30 || log "udev did not settle in 30 s"
+
+qga_port=/dev/virtio-ports/org.qemu.guest_agent.0
+for _ in $(seq 100); do [ -e "$qga_port" ] && break; sleep 0.1; done
+qemu-ga -m virtio-serial -p "$qga_port" -t /run/hilconform &
+log "guest agent started"
+
+# Import name hilconform.runtime without installing anything in the guest.
+py=/run/hilconform/py/hilconform
+mkdir -p "$py"
+: > "$py/__init__.py"
+ln -s /opt/hilconform/src/runtime "$py/runtime"
+ln -s /opt/hilconform/src/tests "$py/tests"
+export PYTHONPATH=/run/hilconform/py PYTHONDONTWRITEBYTECODE=1
+
+config=/opt/hilconform/run/runtime.toml
+if [ -f "$config" ]; then
+    module=hilconform.runtime
+    [ -f /opt/hilconform/run/runtime.module ] && module=$(head -n1 /opt/hilconform/run/runtime.module)
+    python3 -m "$module" --config "$config" > /run/hilconform/runtime.log 2>&1 &
+    log "runtime $module started (pid $!)"
+fi
+log "ready"
+
+while true; do
+    wait
+    sleep 3600 &
+    wait $!
+done
