@@ -54,13 +54,13 @@ class GuestAgent:
             if alive is not None:
                 alive()
             try:
-                self.sync(timeout_s=min(2.0, max(0.1, deadline - time.monotonic())))
+                self.sync(timeout_s=min(1.0, max(0.1, deadline - time.monotonic())))
                 return time.monotonic() - started
             except (GuestAgentError, OSError):
                 self.close()
             if time.monotonic() > deadline:
                 raise WaitTimeout(f"guest agent did not answer within {timeout_s:.0f}s")
-            time.sleep(0.2)
+            time.sleep(0.05)
 
     def sync(self, timeout_s: float = 2.0) -> None:
         with self._lock:

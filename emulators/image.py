@@ -31,4 +31,7 @@ class GuestImage:
             )
         version_file = folder / "kernel-version"
         version = version_file.read_text().strip() if version_file.exists() else "unknown"
-        return cls(**{k: folder / v for k, v in parts.items()}, kernel_version=version)
+        paths = {k: folder / v for k, v in parts.items()}
+        if (folder / "vmlinux").exists():  # uncompressed: boots ~2.5 s faster under TCG
+            paths["kernel"] = folder / "vmlinux"
+        return cls(**paths, kernel_version=version)

@@ -98,3 +98,20 @@ def wait_for_path(path: Path, timeout_s: float, child: ChildProcess | None = Non
         if time.monotonic() > deadline:
             raise WaitTimeout(f"{path} did not appear within {timeout_s:.1f}s")
         time.sleep(0.02)
+
+
+def stray_children(parent_pid: int | None = None) -> list[tuple[int, str]]:
+    """Live QEMU-family children of a process (default: this one), as (pid, name)."""
+    parent_pid = parent_pid or os.getpid()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            name = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        if int(fields[1]) == parent_pid and fields[0] != "Z" and name.startswith("qemu"):
+            found.append((int(entry.name), name))
+    return found

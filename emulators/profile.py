@@ -171,7 +171,7 @@ class _ProfileReader:
         if mode not in HOTPLUG_MODES:
             raise self.fail("host.hotplug_mode", f"{mode!r} is not one of {HOTPLUG_MODES}")
         budget_values = {}
-        for key, value in budgets.items():
+        for key in budgets:
             budget_values[key] = self.get(budgets, key, float, "budgets")
         slots = tuple(self.read_slot(i, s) for i, s in enumerate(slots_raw))
         self.check_unique(slots)

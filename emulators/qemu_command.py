@@ -17,7 +17,7 @@ from .layout import InstanceLayout
 from .profile import DeviceKind, HostProfile, Slot
 
 ACCELERATORS = ("tcg", "kvm")
-KERNEL_ARGS = "console=ttyS0 root=/dev/vda rw loglevel=5 panic=-1 pcie_aspm=off"
+KERNEL_ARGS = "console=ttyS0 root=/dev/vda rw loglevel=5 panic=-1"
 FIRST_PORT_ADDR = 0x10
 RUNTIME_PORT_NAME = "org.hilconform.runtime.0"
 AGENT_PORT_NAME = "org.qemu.guest_agent.0"

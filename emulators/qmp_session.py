@@ -10,6 +10,7 @@ and appended to a JSONL file for the reports.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -36,7 +37,7 @@ class QmpSession:
         self._events: list[dict[str, Any]] = []
         self._cond = threading.Condition()
         self._log = open(event_log, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-        self._pump: asyncio.Future | None = None
+        self._pump: asyncio.Task | None = None
         self._closed = False
 
     # -- connection ---------------------------------------------------------------------------
@@ -47,7 +48,7 @@ class QmpSession:
         except QmpError:
             self.close()
             raise
-        self._pump = asyncio.run_coroutine_threadsafe(self._pump_events(), self._loop)
+        self._pump = self._run(self._start_pump(), 5.0, "start event pump")
 
     def close(self) -> None:
         """Disconnect and stop the thread. Errors from a dead QEMU are expected and dropped."""
@@ -60,10 +61,9 @@ class QmpSession:
             except (QmpError, EOFError, OSError):
                 pass
             if self._pump is not None:
-                self._pump.cancel()
                 try:
-                    self._pump.result(timeout=2)
-                except BaseException:  # cancelled, as intended
+                    self._run(self._stop_pump(), 5.0, "disconnect")
+                except QmpError:
                     pass
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
@@ -88,13 +88,21 @@ class QmpSession:
             return future.result(timeout_s + 1.0)
         except ExecuteError as exc:
             raise QmpError(f"QMP {what} failed: {exc.error_class}: {exc}") from None
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             future.cancel()
             raise QmpError(f"QMP {what}: no reply within {timeout_s:.1f}s") from None
         except Exception as exc:  # ConnectError, EOFError, ExecInterruptedError, ...
             raise QmpError(f"QMP {what} failed: {type(exc).__name__}: {exc}") from exc
 
     # -- events -------------------------------------------------------------------------------
+    async def _start_pump(self) -> asyncio.Task:
+        return asyncio.get_running_loop().create_task(self._pump_events())
+
+    async def _stop_pump(self) -> None:
+        self._pump.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._pump
+
     async def _pump_events(self) -> None:
         async for message in self._listener:
             event = {

@@ -14,8 +14,14 @@ INSTALL_HINT = "apt-get install qemu-system-x86 qemu-utils (or run `make setup` 
 
 
 def find_tool(name: str) -> str:
+    """Path of a host program; HILCONFORM_<NAME> (e.g. HILCONFORM_QEMU_NBD) overrides PATH."""
     env = f"HILCONFORM_{name.upper().replace('-', '_')}"
-    path = os.environ.get(env) or shutil.which(name)
+    if os.environ.get(env):
+        path = os.environ[env]
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            raise ToolMissing(f"{env}={path}: no such executable")
+        return path
+    path = shutil.which(name)
     if not path:
         raise ToolMissing(f"{name} not found on PATH; install it: {INSTALL_HINT}")
     return path

@@ -12,7 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 SEVERITIES = ("correctable", "nonfatal", "fatal")
-_TOTAL_KEYS = {"correctable": "TOTAL_ERR_COR", "nonfatal": "TOTAL_ERR_NONFATAL", "fatal": "TOTAL_ERR_FATAL"}
+_TOTAL_KEYS = {
+    "correctable": "TOTAL_ERR_COR",
+    "nonfatal": "TOTAL_ERR_NONFATAL",
+    "fatal": "TOTAL_ERR_FATAL",
+}
 _ORDER = {"HEALTHY": 0, "DEGRADED": 1, "FAULTED": 2}
 
 
@@ -22,7 +26,11 @@ def totals(counters: dict[str, dict[str, int]]) -> dict[str, int]:
     for sev in SEVERITIES:
         table = counters.get(sev) or {}
         key = _TOTAL_KEYS[sev]
-        out[sev] = int(table[key]) if key in table else sum(int(v) for k, v in table.items() if not k.startswith("TOTAL"))
+        out[sev] = (
+            int(table[key])
+            if key in table
+            else sum(int(v) for k, v in table.items() if not k.startswith("TOTAL"))
+        )
     return out
 
 
@@ -58,10 +66,12 @@ class AerPolicy:
     reset_weight: float = 6.0
     fault_weight: float = 10.0
     reset_cooldown_s: float = 5.0
-    weights: dict = field(default_factory=lambda: {"correctable": 0.0, "nonfatal": 1.0, "fatal": 2.0})
+    weights: dict = field(
+        default_factory=lambda: {"correctable": 0.0, "nonfatal": 1.0, "fatal": 2.0}
+    )
 
     @classmethod
-    def from_config(cls, table: dict) -> "AerPolicy":
+    def from_config(cls, table: dict) -> AerPolicy:
         table = dict(table)
         weights = {**cls().weights, **table.pop("error_weight", {})}
         return cls(weights=weights, **table)
@@ -127,10 +137,14 @@ class DeviceAer:
             worse("FAULTED", f"error weight {weight:.2f} >= fault_weight {p.fault_weight:g}")
         elif weight >= p.degrade_weight:
             worse("DEGRADED", f"error weight {weight:.2f} >= degrade_weight {p.degrade_weight:g}")
-        cooled = self.last_reset_ns is None or now_ns - self.last_reset_ns >= p.reset_cooldown_s * 1e9
+        cooled = (
+            self.last_reset_ns is None or now_ns - self.last_reset_ns >= p.reset_cooldown_s * 1e9
+        )
         reset = weight >= p.reset_weight and cooled and health != "FAULTED"
         if reset:
-            reasons.append(f"error weight {weight:.2f} >= reset_weight {p.reset_weight:g}: sustained rate")
+            reasons.append(
+                f"error weight {weight:.2f} >= reset_weight {p.reset_weight:g}: sustained rate"
+            )
         return Verdict(health, reset, round(weight, 4), tuple(reasons))
 
     def note_reset(self, now_ns: int) -> None:
@@ -142,7 +156,8 @@ class DeviceAer:
 
     def to_dict(self, now_ns: int) -> dict:
         return {
-            "counts": dict(self.counts), "weight": round(self.filter.value(now_ns), 4),
+            "counts": dict(self.counts),
+            "weight": round(self.filter.value(now_ns), 4),
             "recovering": self.recovering_since_ns is not None,
         }
 
@@ -165,8 +180,12 @@ class CounterDeltas:
         self._last[bdf] = dict(current)
         if last is None:
             return {sev: 0 for sev in SEVERITIES}
-        return {sev: (current.get(sev, 0) - last.get(sev, 0)) if current.get(sev, 0) >= last.get(sev, 0)
-                else current.get(sev, 0) for sev in SEVERITIES}
+        return {
+            sev: (current.get(sev, 0) - last.get(sev, 0))
+            if current.get(sev, 0) >= last.get(sev, 0)
+            else current.get(sev, 0)
+            for sev in SEVERITIES
+        }
 
     def forget(self, bdf: str) -> None:
         self._last.pop(bdf, None)

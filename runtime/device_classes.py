@@ -1,4 +1,6 @@
-"""Per-class hooks (queue probe, firmware version, interrupt readiness), chosen from IDs/class/driver.
+"""Per-class hooks (queue probe, firmware version, interrupt readiness).
+
+Chosen from IDs, class and driver.
 
 Why: hot-add and hot-remove are generic procedures; what "queue drained",
 "firmware version" and "interrupts ready" mean differs per device class.
@@ -6,10 +8,8 @@ Why: hot-add and hot-remove are generic procedures; what "queue drained",
 
 from __future__ import annotations
 
-import glob
-
 from .inventory import DeviceInfo
-from .sysfs import Sysfs
+from .sysfs import PCI_DEVICES, Sysfs
 
 # QEMU's edu and pci-testdev have no Linux driver: nothing binds, which is fine.
 DRIVERLESS_IDS = frozenset({"1234:11e8", "1b36:0005"})
@@ -39,7 +39,10 @@ class ClassHooks:
         return None
 
     def interrupts_ready(self, sysfs: Sysfs, bdf: str, info: DeviceInfo) -> bool:
-        """Driver bound, MSI/MSI-X enabled, or MSI vectors allocated; always True where no driver is expected."""
+        """Driver bound, MSI/MSI-X enabled, or MSI vectors allocated.
+
+        Always True for classes that need no driver (QEMU edu, pci-testdev).
+        """
         if not self.requires_driver:
             return True
         if sysfs.driver(bdf) is not None or sysfs.msi_irqs(bdf):
@@ -52,7 +55,7 @@ class ClassHooks:
 
 
 class BlockHooks(ClassHooks):
-    """Mass storage with block devices below it (virtio-blk, SCSI HBAs): in-flight block requests."""
+    """Mass storage with block devices below it (virtio-blk, SCSI HBAs): in-flight requests."""
 
     name = "block"
 
@@ -62,7 +65,8 @@ class BlockHooks(ClassHooks):
 
 
 class NvmeHooks(BlockHooks):
-    """NVMe controller: queue = in-flight requests of its namespaces, firmware = nvme/nvmeN/firmware_rev.
+    """NVMe controller: queue = in-flight requests of its namespaces,
+    firmware = nvme/nvmeN/firmware_rev.
 
     The queue depth is 0 (not None) while no namespace is visible: nothing
     can be in flight through the block layer then.
@@ -74,8 +78,8 @@ class NvmeHooks(BlockHooks):
         return super().queue_depth(sysfs, bdf) or 0
 
     def _read_firmware(self, sysfs: Sysfs, bdf: str) -> str | None:
-        for path in sorted(glob.glob(sysfs.device_path(bdf, "nvme", "nvme*", "firmware_rev"))):
-            value = _read(path)
+        for path in sysfs.glob(*PCI_DEVICES, bdf, "nvme", "nvme*", "firmware_rev"):
+            value = sysfs.read_text(path)
             if value:
                 return value
         return None
@@ -87,7 +91,7 @@ class NvidiaGpuHooks(ClassHooks):
     name = "nvidia_gpu"
 
     def _read_firmware(self, sysfs: Sysfs, bdf: str) -> str | None:
-        text = _read(sysfs.path("proc", "driver", "nvidia", "gpus", bdf, "information")) or ""
+        text = sysfs.read_text("proc", "driver", "nvidia", "gpus", bdf, "information") or ""
         for line in text.splitlines():
             key, _, value = line.partition(":")
             if key.strip().lower() == "video bios" and value.strip():
@@ -106,7 +110,9 @@ def hooks_for(info: DeviceInfo, config: dict | None = None) -> ClassHooks:
     config = config or {}
     for key in config:
         if key not in _CONFIG_KEYS:
-            raise ValueError(f"device classes: unknown key {key!r} (known: {', '.join(_CONFIG_KEYS)})")
+            raise ValueError(
+                f"device classes: unknown key {key!r} (known: {', '.join(_CONFIG_KEYS)})"
+            )
     firmware = config.get("firmware", {})
     if not isinstance(firmware, dict):
         raise ValueError("device classes 'firmware' must be a table of 'vvvv:dddd' = 'version'")
@@ -123,11 +129,3 @@ def hooks_for(info: DeviceInfo, config: dict | None = None) -> ClassHooks:
     if info.class_code >> 16 == 0x01:
         return BlockHooks(**kwargs)
     return ClassHooks(**kwargs)
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8", "replace").strip()
-    except OSError:
-        return None

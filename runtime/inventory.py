@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
 
 from .pciconfig import ConfigSpace, parse_config
-from .sysfs import Sysfs
+from .sysfs import PCI_DEVICES, Sysfs
 
 # resource-file flags (include/linux/ioport.h)
 _IORESOURCE_IO = 0x100
@@ -58,7 +57,7 @@ class DeviceInfo:
 
     @property
     def ids(self) -> str:
-        """"vvvv:dddd", the key of per-ID configuration."""
+        """ "vvvv:dddd", the key of per-ID configuration."""
         return f"{self.vendor_id:04x}:{self.device_id:04x}"
 
     def to_dict(self) -> dict:
@@ -90,7 +89,14 @@ def describe(sysfs: Sysfs, bdf: str, previous: DeviceInfo | None = None) -> Devi
         cfg = None
     present = cfg is not None and cfg.present
     if present:
-        ids = (cfg.vendor_id, cfg.device_id, cfg.subsystem_vendor_id, cfg.subsystem_id, cfg.class_code, cfg.revision)
+        ids = (
+            cfg.vendor_id,
+            cfg.device_id,
+            cfg.subsystem_vendor_id,
+            cfg.subsystem_id,
+            cfg.class_code,
+            cfg.revision,
+        )
     else:
         ids = _cached_ids(sysfs, bdf)
     info = DeviceInfo(
@@ -146,7 +152,9 @@ def _bars(resources: list[tuple[int, int, int]]) -> list[dict]:
     for index, (start, end, flags) in enumerate(resources[:6]):
         if not flags & (_IORESOURCE_IO | _IORESOURCE_MEM) or end <= start:
             continue
-        kind = "io" if flags & _IORESOURCE_IO else "mem64" if flags & _IORESOURCE_MEM_64 else "mem32"
+        kind = (
+            "io" if flags & _IORESOURCE_IO else "mem64" if flags & _IORESOURCE_MEM_64 else "mem32"
+        )
         bars.append(
             {
                 "index": index,
@@ -204,13 +212,9 @@ def _link(cfg: ConfigSpace | None) -> dict:
 
 
 def class_serial(sysfs: Sysfs, bdf: str) -> str | None:
-    """A class-specific serial number: nvme's (nvme/nvme*/serial, needs the driver bound), else None."""
-    for path in sorted(glob.glob(sysfs.device_path(bdf, "nvme", "nvme*", "serial"))):
-        try:
-            with open(path, "rb") as f:
-                serial = f.read().decode("utf-8", "replace").strip()
-        except OSError:
-            continue
+    """A class-specific serial: nvme's (nvme/nvme*/serial, needs the driver bound), else None."""
+    for path in sysfs.glob(*PCI_DEVICES, bdf, "nvme", "nvme*", "serial"):
+        serial = sysfs.read_text(path)
         if serial:
             return serial
     return None
@@ -255,7 +259,9 @@ def unique_fingerprints(infos: list[DeviceInfo]) -> None:
             continue
         for info in group:
             where = f"{info.slot or ''}@{info.bdf}"
-            info.fingerprint = hashlib.sha256(f"{info.fingerprint}|{where}".encode()).hexdigest()[:16]
+            info.fingerprint = hashlib.sha256(f"{info.fingerprint}|{where}".encode()).hexdigest()[
+                :16
+            ]
             info.identity_basis += "+location"
 
 
@@ -281,7 +287,7 @@ class IdentityRegistry:
 
     @staticmethod
     def location(info: DeviceInfo) -> str:
-        """"slot:N" when the device sits in a physical slot, else "bdf:BDF"."""
+        """ "slot:N" when the device sits in a physical slot, else "bdf:BDF"."""
         return f"slot:{info.slot}" if info.slot else f"bdf:{info.bdf}"
 
     def observe(self, info: DeviceInfo) -> bool:
@@ -294,7 +300,11 @@ class IdentityRegistry:
         if not info.config_present:
             return False
         key = self.location(info)
-        new = {"fingerprint": info.fingerprint, "basis": info.identity_basis, "ids": _full_ids(info)}
+        new = {
+            "fingerprint": info.fingerprint,
+            "basis": info.identity_basis,
+            "ids": _full_ids(info),
+        }
         old = self._seen.get(key)
         changed = False
         if old is None:
@@ -303,14 +313,16 @@ class IdentityRegistry:
             changed = True
         elif old.get("basis") == new["basis"]:
             changed = old.get("fingerprint") != new["fingerprint"]
-        elif _BASIS_RANK.get(new["basis"].split("+")[0], 0) > _BASIS_RANK.get(str(old.get("basis")).split("+")[0], 0):
+        elif _BASIS_RANK.get(new["basis"].split("+")[0], 0) > _BASIS_RANK.get(
+            str(old.get("basis")).split("+")[0], 0
+        ):
             self._record(key, new)
         if changed:
             self._record(key, new)
         return changed
 
     def forget(self, info: DeviceInfo) -> None:
-        """Drop the location of a device that left (a later add there is a new device, not a change)."""
+        """Drop the location of a device that left (a later add there is no in-place change)."""
         if self._seen.pop(self.location(info), None) is not None:
             self._save()
 

@@ -14,8 +14,8 @@ import re
 import select
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 _BDF = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
 _PREFIX = rf"^(?:\S+ )?(?P<port>{_BDF}): (?:pciehp: )?"
@@ -25,16 +25,30 @@ _PATTERNS: list[tuple[str, re.Pattern]] = [
     ("attention_button", re.compile(_PREFIX + _SLOT + r" Attention button pressed")),
     ("button_power_off", re.compile(_PREFIX + _SLOT + r" Powering off due to button press")),
     ("button_power_on", re.compile(_PREFIX + _SLOT + r" Powering on due to button press")),
-    ("button_cancel", re.compile(_PREFIX + _SLOT + r" (?:Button cancel|Action canceled due to button press)")),
+    (
+        "button_cancel",
+        re.compile(_PREFIX + _SLOT + r" (?:Button cancel|Action canceled due to button press)"),
+    ),
     ("link_down", re.compile(_PREFIX + _SLOT + r" (?:Link Down|Card not present)")),
-    ("aer_error", re.compile(
-        rf"^(?:\S+ )?(?P<port>{_BDF}): AER: (?P<multi>Multiple )?"
-        r"(?P<severity>Corrected|Correctable|Uncorrected \(Non-Fatal\)|Uncorrectable \(Non-Fatal\)"
-        r"|Uncorrected \(Fatal\)|Uncorrectable \(Fatal\)) error (?:message )?received(?: from)?:? "
-        rf"(?P<bdf>{_BDF})")),
+    (
+        "aer_error",
+        re.compile(
+            rf"^(?:\S+ )?(?P<port>{_BDF}): AER: (?P<multi>Multiple )?"
+            r"(?P<severity>Corrected|Correctable|Uncorrected \(Non-Fatal\)"
+            r"|Uncorrectable \(Non-Fatal\)|Uncorrected \(Fatal\)|Uncorrectable \(Fatal\))"
+            r" error (?:message )?received(?: from)?:? "
+            rf"(?P<bdf>{_BDF})"
+        ),
+    ),
     ("aer_recovered", re.compile(rf"^(?:\S+ )?(?P<port>{_BDF}): AER: device recovery successful")),
-    ("aer_recovery_failed", re.compile(rf"^(?:\S+ )?(?P<port>{_BDF}): AER: device recovery failed")),
-    ("link_reset", re.compile(rf"^(?:\S+ )?(?P<port>{_BDF}): (?:AER: )?Root Port link has been reset")),
+    (
+        "aer_recovery_failed",
+        re.compile(rf"^(?:\S+ )?(?P<port>{_BDF}): AER: device recovery failed"),
+    ),
+    (
+        "link_reset",
+        re.compile(rf"^(?:\S+ )?(?P<port>{_BDF}): (?:AER: )?Root Port link has been reset"),
+    ),
 ]
 
 
@@ -76,8 +90,11 @@ def parse_record(record: str) -> KernelEvent | None:
         if m:
             groups = m.groupdict()
             return KernelEvent(
-                kind=kind, line=text, port=(groups.get("port") or "").lower() or None,
-                slot=groups.get("slot"), bdf=(groups.get("bdf") or "").lower() or None,
+                kind=kind,
+                line=text,
+                port=(groups.get("port") or "").lower() or None,
+                slot=groups.get("slot"),
+                bdf=(groups.get("bdf") or "").lower() or None,
                 severity=_severity(groups["severity"]) if groups.get("severity") else None,
                 kmsg_ts_us=ts_us,
             )
@@ -91,7 +108,9 @@ class KernelLogFollower:
     followed like ``tail -f`` (used by tests and for replaying a saved log).
     """
 
-    def __init__(self, path: str, on_event: Callable[[KernelEvent], None], from_start: bool = False):
+    def __init__(
+        self, path: str, on_event: Callable[[KernelEvent], None], from_start: bool = False
+    ):
         self.path = path
         self.on_event = on_event
         self.from_start = from_start
@@ -105,7 +124,9 @@ class KernelLogFollower:
             if not self.from_start:
                 os.lseek(self._fd, 0, os.SEEK_END)
         except OSError as exc:
-            print(f"hilconform-runtime: kernel log {self.path} not followed: {exc}", file=sys.stderr)
+            print(
+                f"hilconform-runtime: kernel log {self.path} not followed: {exc}", file=sys.stderr
+            )
             return False
         self._thread = threading.Thread(target=self._run, name="kernel-log", daemon=True)
         self._thread.start()
@@ -150,4 +171,7 @@ class KernelLogFollower:
                     try:
                         self.on_event(event)
                     except Exception as exc:  # never let a handler kill the follower
-                        print(f"hilconform-runtime: kernel log handler failed: {exc!r}", file=sys.stderr)
+                        print(
+                            f"hilconform-runtime: kernel log handler failed: {exc!r}",
+                            file=sys.stderr,
+                        )

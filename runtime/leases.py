@@ -31,9 +31,13 @@ class Lease:
 
     def to_dict(self) -> dict:
         return {
-            "lease": self.id, "holder": self.holder, "devices": list(self.devices),
-            "ttl_s": self.ttl_ns / 1e9, "granted_ns": self.granted_ns,
-            "expires_ns": self.expires_ns, "renewals": self.renewals,
+            "lease": self.id,
+            "holder": self.holder,
+            "devices": list(self.devices),
+            "ttl_s": self.ttl_ns / 1e9,
+            "granted_ns": self.granted_ns,
+            "expires_ns": self.expires_ns,
+            "renewals": self.renewals,
         }
 
 
@@ -49,7 +53,9 @@ class LeaseTable:
         if ttl_s is None:
             return self.default_ttl_ns
         if not 0 < ttl_s * 1e9 <= self.max_ttl_ns:
-            raise LeaseError("INVALID_PARAMS", f"ttl_s must be > 0 and <= {self.max_ttl_ns / 1e9:g}")
+            raise LeaseError(
+                "INVALID_PARAMS", f"ttl_s must be > 0 and <= {self.max_ttl_ns / 1e9:g}"
+            )
         return int(ttl_s * 1e9)
 
     def holder_of(self, device: str) -> Lease | None:
@@ -62,7 +68,9 @@ class LeaseTable:
             raise LeaseError("UNKNOWN_LEASE", f"no lease {lease_id!r}")
         return lease
 
-    def grant(self, holder: str, devices: list[str], now_ns: int, ttl_s: float | None = None) -> Lease:
+    def grant(
+        self, holder: str, devices: list[str], now_ns: int, ttl_s: float | None = None
+    ) -> Lease:
         if not devices or len(set(devices)) != len(devices):
             raise LeaseError("INVALID_PARAMS", "a lease needs distinct devices")
         ttl = self._ttl_ns(ttl_s)

@@ -33,8 +33,13 @@ class Transition:
 
     def to_dict(self) -> dict:
         return {
-            "device": self.device, "view": self.view, "from": self.frm, "to": self.to,
-            "cause": self.cause, "checkpoint": self.checkpoint, "ts_ns": self.ts_ns,
+            "device": self.device,
+            "view": self.view,
+            "from": self.frm,
+            "to": self.to,
+            "cause": self.cause,
+            "checkpoint": self.checkpoint,
+            "ts_ns": self.ts_ns,
         }
 
 
@@ -58,11 +63,15 @@ class TransitionTable:
             for to in spec.get("any_to", []):
                 pairs.update((frm, to) for frm in states if frm != to and frm not in terminal)
             self._pairs[view] = pairs
-            self.views[view] = {"initial": spec["initial"], "states": states, "terminal": sorted(terminal)}
+            self.views[view] = {
+                "initial": spec["initial"],
+                "states": states,
+                "terminal": sorted(terminal),
+            }
         self.combination: dict[str, str] = dict(data.get("combination", {}))
 
     @classmethod
-    def load(cls, path: str = TABLE_PATH) -> "TransitionTable":
+    def load(cls, path: str = TABLE_PATH) -> TransitionTable:
         with open(path, "rb") as fh:
             return cls(tomllib.load(fh))
 
@@ -105,7 +114,10 @@ class TransitionTable:
             "version": self.version,
             "severity": dict(self.severity),
             "views": {
-                view: {**self.views[view], "transitions": [{"from": f, "to": t} for f, t in self.pairs(view)]}
+                view: {
+                    **self.views[view],
+                    "transitions": [{"from": f, "to": t} for f, t in self.pairs(view)],
+                }
                 for view in VIEWS
             },
             "combination": dict(self.combination),
@@ -121,14 +133,18 @@ class DeviceStates:
         self.health = table.initial("health")
         self.main = table.initial("main")
 
-    def move(self, view: str, to: str, cause: str, checkpoint: dict, ts_ns: int | None = None) -> Transition:
+    def move(
+        self, view: str, to: str, cause: str, checkpoint: dict, ts_ns: int | None = None
+    ) -> Transition:
         frm = self.health if view == "health" else self.main
         self.table.check(view, frm, to)
         if view == "health":
             self.health = to
         else:
             self.main = to
-        return Transition(self.device, view, frm, to, cause, checkpoint, ts_ns or time.monotonic_ns())
+        return Transition(
+            self.device, view, frm, to, cause, checkpoint, ts_ns or time.monotonic_ns()
+        )
 
     def move_health(self, to: str, cause: str, checkpoint: dict) -> list[Transition]:
         """Health move plus the main-view move the table combines with it (if legal now)."""

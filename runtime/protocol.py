@@ -33,9 +33,20 @@ SHUTTING_DOWN = "SHUTTING_DOWN"
 INTERNAL = "INTERNAL"
 
 ERROR_CODES = (
-    PARSE_ERROR, INVALID_REQUEST, UNSUPPORTED_VERSION, LINE_TOO_LONG, UNKNOWN_METHOD,
-    INVALID_PARAMS, UNKNOWN_DEVICE, UNKNOWN_LEASE, NOT_HEALTHY, DEVICE_BUSY,
-    INSUFFICIENT_DEVICES, INVALID_STATE, SHUTTING_DOWN, INTERNAL,
+    PARSE_ERROR,
+    INVALID_REQUEST,
+    UNSUPPORTED_VERSION,
+    LINE_TOO_LONG,
+    UNKNOWN_METHOD,
+    INVALID_PARAMS,
+    UNKNOWN_DEVICE,
+    UNKNOWN_LEASE,
+    NOT_HEALTHY,
+    DEVICE_BUSY,
+    INSUFFICIENT_DEVICES,
+    INVALID_STATE,
+    SHUTTING_DOWN,
+    INTERNAL,
 )
 
 _STR = (str,)
@@ -62,7 +73,7 @@ METHODS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "renew": {"lease": (_STR, True), "ttl_s": (_NUM, False)},
     "release": {"lease": (_STR, True)},
     "leases": {},
-    "remove": {"device": (_STR, True), "power_off": (_BOOL, False)},
+    "remove": {"device": (_STR, True)},
     "reset": {"device": (_STR, True), "force": (_BOOL, False)},
     "recover": {"device": (_STR, True)},
     "health_poll": {"device": (_STR, False)},
@@ -73,7 +84,7 @@ METHODS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
 # event name -> data fields every such event carries (more may follow).
 EVENTS: dict[str, tuple[str, ...]] = {
     "transition": ("device", "view", "from", "to", "cause", "checkpoint", "ts_ns"),
-    "discovered": ("device", "info", "batch", "udev_received_ns"),
+    "discovered": ("device", "info", "cause", "udev_received_ns"),
     "removed": ("device", "cause"),
     "topology": ("generation", "devices", "cause"),
     "procedure": ("procedure", "run", "device", "step", "status", "ts_ns"),
@@ -109,7 +120,9 @@ class Request:
 
 def encode(message: dict) -> bytes:
     """One JSON line (ASCII only, so any transport carries it)."""
-    return (json.dumps(message, separators=(",", ":"), ensure_ascii=True, allow_nan=False) + "\n").encode("ascii")
+    return (
+        json.dumps(message, separators=(",", ":"), ensure_ascii=True, allow_nan=False) + "\n"
+    ).encode("ascii")
 
 
 def request(req_id: int | str, method: str, params: dict | None = None) -> dict:
@@ -174,14 +187,20 @@ def decode_request(line: bytes | str) -> Request:
     if not isinstance(version, int) or isinstance(version, bool):
         raise ProtocolError(INVALID_REQUEST, "v must be an integer", req_id)
     if version not in SUPPORTED_VERSIONS:
-        raise ProtocolError(UNSUPPORTED_VERSION, f"protocol version {version} not supported", req_id,
-                            {"supported": list(SUPPORTED_VERSIONS)})
+        raise ProtocolError(
+            UNSUPPORTED_VERSION,
+            f"protocol version {version} not supported",
+            req_id,
+            {"supported": list(SUPPORTED_VERSIONS)},
+        )
     method = obj.get("method")
     if not isinstance(method, str):
         raise ProtocolError(INVALID_REQUEST, "method must be a string", req_id)
     extra = set(obj) - {"v", "id", "method", "params"}
     if extra:
-        raise ProtocolError(INVALID_REQUEST, f"unknown request field(s): {sorted(extra)[:5]}", req_id)
+        raise ProtocolError(
+            INVALID_REQUEST, f"unknown request field(s): {sorted(extra)[:5]}", req_id
+        )
     spec = METHODS.get(method)
     if spec is None:
         raise ProtocolError(UNKNOWN_METHOD, f"unknown method {method[:64]!r}", req_id)
@@ -192,10 +211,14 @@ def decode_request(line: bytes | str) -> Request:
         raise ProtocolError(INVALID_PARAMS, "params must be an object", req_id)
     for name, value in params.items():
         if name not in spec:
-            raise ProtocolError(INVALID_PARAMS, f"{method}: unknown param {str(name)[:64]!r}", req_id)
+            raise ProtocolError(
+                INVALID_PARAMS, f"{method}: unknown param {str(name)[:64]!r}", req_id
+            )
         types, _required = spec[name]
         if not _type_ok(value, types):
-            raise ProtocolError(INVALID_PARAMS, f"{method}: param {name!r} must be {_type_names(types)}", req_id)
+            raise ProtocolError(
+                INVALID_PARAMS, f"{method}: param {name!r} must be {_type_names(types)}", req_id
+            )
     for name, (_types, required) in spec.items():
         if required and name not in params:
             raise ProtocolError(INVALID_PARAMS, f"{method}: param {name!r} is required", req_id)
@@ -203,7 +226,13 @@ def decode_request(line: bytes | str) -> Request:
 
 
 def _type_names(types: tuple[type, ...]) -> str:
-    names = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "a list"}
+    names = {
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        bool: "a boolean",
+        list: "a list",
+    }
     return " or ".join(names.get(t, t.__name__) for t in types)
 
 
@@ -224,7 +253,11 @@ def decode_message(line: bytes | str) -> dict:
         raise ProtocolError(INVALID_REQUEST, "a reply has exactly one of result, error")
     if "error" in obj:
         err = obj["error"]
-        if not isinstance(err, dict) or not isinstance(err.get("code"), str) or not isinstance(err.get("message"), str):
+        if (
+            not isinstance(err, dict)
+            or not isinstance(err.get("code"), str)
+            or not isinstance(err.get("message"), str)
+        ):
             raise ProtocolError(INVALID_REQUEST, "error must be {code: str, message: str}")
         return {**obj, "kind": "error"}
     return {**obj, "kind": "reply"}

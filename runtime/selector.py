@@ -26,7 +26,9 @@ class Selector:
         object.__setattr__(self, "ids", tuple(i.lower() for i in self.ids))
         for c in self.classes:
             if not _CLASS_RE.match(c):
-                raise ValueError(f"selector 'classes': {c!r} is not a 2/4/6-digit hex class prefix or '*'")
+                raise ValueError(
+                    f"selector 'classes': {c!r} is not a 2/4/6-digit hex class prefix or '*'"
+                )
         for i in self.ids:
             if not _ID_RE.match(i):
                 raise ValueError(f"selector 'ids': {i!r} is not 'vvvv:dddd' (or 'vvvv:*') in hex")
@@ -39,8 +41,8 @@ class Selector:
         return any(i in (f"{vendor}:{device_id & 0xFFFF:04x}", f"{vendor}:*") for i in self.ids)
 
     @classmethod
-    def from_config(cls, table: dict) -> "Selector":
-        """From a TOML table {"classes": [...], "ids": [...]}; ValueError names a bad key or value."""
+    def from_config(cls, table: dict) -> Selector:
+        """From a TOML table {"classes": [...], "ids": [...]}; ValueError names what is bad."""
         if not isinstance(table, dict):
             raise ValueError(f"selector must be a table, not {type(table).__name__}")
         for key in table:
@@ -55,5 +57,7 @@ class Selector:
                 raise ValueError(f"selector {key!r} must be a list of strings")
             values[key] = tuple(value)
         if not values["classes"] and not values["ids"]:
-            raise ValueError("selector: give 'classes' and/or 'ids' (an empty selector manages nothing)")
+            raise ValueError(
+                "selector: give 'classes' and/or 'ids' (an empty selector manages nothing)"
+            )
         return cls(**values)

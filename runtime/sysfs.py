@@ -12,6 +12,8 @@ import mmap
 import os
 import re
 
+from .pciconfig import sparse_config
+
 PCI_DEVICES = ("sys", "bus", "pci", "devices")
 PCI_SLOTS = ("sys", "bus", "pci", "slots")
 BDF_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -23,12 +25,20 @@ class Sysfs:
     """sysfs and friends below ``root`` ("/" in production, a tmp dir in tests)."""
 
     def __init__(self, root: str = "/"):
-        self.root = os.path.abspath(root)
+        self.root = os.path.realpath(root)
 
     # --- paths -----------------------------------------------------------
     def path(self, *parts: str) -> str:
         """Absolute path of ``parts`` (relative to root: ``path("sys", "bus", "pci")``)."""
         return os.path.join(self.root, *(p.lstrip("/") for p in parts))
+
+    def read_text(self, *parts: str) -> str | None:
+        """Stripped text of a file below root (``read_text("proc", "cmdline")``); None on error."""
+        return _read_text(self.path(*parts))
+
+    def glob(self, *parts: str) -> list[str]:
+        """Sorted paths matching the pattern ``parts``, relative to root (for read_text)."""
+        return sorted(os.path.relpath(p, self.root) for p in glob.glob(self.path(*parts)))
 
     def device_path(self, bdf: str, *parts: str) -> str:
         """Path of devices/BDF[/parts] (the bus link, not the resolved device folder)."""
@@ -47,15 +57,26 @@ class Sysfs:
         return os.path.exists(self.device_path(bdf))
 
     def parent_bdf(self, bdf: str) -> str | None:
-        """BDF of the bridge/port above the device (from the resolved device path), None at the root bus."""
+        """BDF of the bridge/port above the device (from its resolved path); None on a root bus."""
         parent = os.path.basename(os.path.dirname(os.path.realpath(self.device_path(bdf))))
         return parent if BDF_RE.match(parent) else None
 
     # --- attributes --------------------------------------------------------
-    def read_config(self, bdf: str) -> bytes:
-        """The ``config`` file (64 B unprivileged, 256 B or 4 KiB as root). Raises OSError."""
+    def read_config(self, bdf: str, full: bool = False) -> bytes:
+        """The ``config`` file: 64 B unprivileged, else 256 B or 4 KiB. Raises OSError.
+
+        By default only the parts of the extended space that the parser uses
+        are read (the rest is zero; see pciconfig.sparse_config): config reads
+        are slow bus transactions. ``full=True`` reads every byte (for dumps).
+        """
         with open(self.device_path(bdf, "config"), "rb", buffering=0) as f:
-            return f.read(4096)
+            if full:
+                return f.read(4096)
+            legacy = f.read(256)
+            if len(legacy) < 256 or os.fstat(f.fileno()).st_size <= 256:
+                return legacy
+            fd = f.fileno()
+            return sparse_config(legacy, lambda offset, size: os.pread(fd, size, offset))
 
     def attr(self, bdf: str, name: str) -> str | None:
         """Stripped text of devices/BDF/NAME; None if absent or unreadable."""
@@ -91,7 +112,7 @@ class Sysfs:
         return value if value is not None and value >= 0 else None
 
     def reset_methods(self, bdf: str) -> list[str]:
-        """Entries of ``reset_method`` in the kernel's order; [] when absent (no reset, or kernel < 5.15)."""
+        """Entries of ``reset_method`` in kernel order; [] if absent (no reset; kernel < 5.15)."""
         return (self.attr(bdf, "reset_method") or "").split()
 
     def msi_irqs(self, bdf: str) -> list[int]:
@@ -154,12 +175,12 @@ class Sysfs:
         nvme is looked up directly (nvme/nvme*/nvme*n*/inflight, polled during
         drains); other classes by a shallow walk that stops at child PCI functions.
         """
-        paths = glob.glob(self.device_path(bdf, "nvme", "nvme*", "nvme*n*", "inflight"))
+        paths = self.glob(*PCI_DEVICES, bdf, "nvme", "nvme*", "nvme*n*", "inflight")
         if not paths:
             paths = self._walk_inflight(bdf)
         total, found = [0, 0], False
         for p in paths:
-            fields = (_read_text(p) or "").split()
+            fields = (self.read_text(p) or "").split()
             if len(fields) >= 2 and fields[0].isdigit() and fields[1].isdigit():
                 total[0] += int(fields[0])
                 total[1] += int(fields[1])
@@ -167,23 +188,27 @@ class Sysfs:
         return (total[0], total[1]) if found else None
 
     def _walk_inflight(self, bdf: str) -> list[str]:
+        """Root-relative paths of ``inflight`` files of block devices below the device."""
         top = os.path.realpath(self.device_path(bdf))
         found: list[str] = []
         for dirpath, dirnames, filenames in os.walk(top):
             depth = dirpath[len(top) :].count(os.sep)
             if "inflight" in filenames and "dev" in filenames and dirpath != top:
-                found.append(os.path.join(dirpath, "inflight"))
+                found.append(os.path.relpath(os.path.join(dirpath, "inflight"), self.root))
                 dirnames[:] = []  # partitions are counted in their disk
                 continue
             dirnames[:] = [
-                d for d in dirnames
-                if depth < _BLOCK_WALK_DEPTH and not BDF_RE.match(d) and d not in ("power", "msi_irqs")
+                d
+                for d in dirnames
+                if depth < _BLOCK_WALK_DEPTH
+                and not BDF_RE.match(d)
+                and d not in ("power", "msi_irqs")
             ]
         return found
 
     # --- errors and placement -------------------------------------------
     def aer_counters(self, bdf: str) -> dict[str, dict[str, int]]:
-        """{"correctable"|"nonfatal"|"fatal": {NAME: count}} from aer_dev_*; {} if absent (no AER)."""
+        """{"correctable"|"nonfatal"|"fatal": {NAME: count}} from aer_dev_*; {} if no AER."""
         out: dict[str, dict[str, int]] = {}
         for category in AER_CATEGORIES:
             text = self.attr(bdf, f"aer_dev_{category}")
@@ -198,7 +223,7 @@ class Sysfs:
         return out
 
     def aer_rootport_totals(self, bdf: str) -> dict[str, int]:
-        """{"cor"|"fatal"|"nonfatal": n} from aer_rootport_total_err_* (root ports only); {} if absent.
+        """{"cor"|"fatal"|"nonfatal": n} from aer_rootport_total_err_* (root ports); {} if absent.
 
         An error injected at a root port is counted here, not on the endpoint below.
         """
@@ -226,7 +251,9 @@ def _write_text(path: str, value: str) -> None:
     try:
         os.write(fd, value.encode())
     except OSError as exc:
-        raise OSError(exc.errno, f"writing {value!r} to {path} failed: {exc.strerror}", path) from None
+        raise OSError(
+            exc.errno, f"writing {value!r} to {path} failed: {exc.strerror}", path
+        ) from None
     finally:
         os.close(fd)
 
@@ -239,7 +266,7 @@ def _to_int(text: str | None, base: int) -> int | None:
 
 
 def _mmap_read(fd: int, offset: int, size: int) -> bytes | None:
-    """Read through a mapping of the page(s) holding [offset, offset+size); None if mmap is refused."""
+    """Read via a mapping of the page(s) holding [offset, offset+size); None if mmap fails."""
     page = offset - offset % mmap.ALLOCATIONGRANULARITY
     try:
         mapped = mmap.mmap(fd, offset - page + size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)

@@ -2,7 +2,9 @@
 """Build the guest image: Debian 12 kernel, a tiny initramfs and an ext4 root.
 
 Output goes to vm-images/build/ (ignored by git):
-  vmlinuz          the Debian 12 kernel (linux-image-amd64)
+  vmlinux          the Debian 12 kernel (linux-image-amd64), uncompressed ELF: QEMU
+                   boots it through its PVH entry, which saves ~2.5 s of xz
+                   decompression under TCG (falls back to the bzImage, vmlinuz)
   initramfs.cpio   busybox + the modules needed to reach the root disk
   rootfs.ext4      the Debian root file system (debootstrap)
   stamp            hash of the recipe; the build is skipped when it matches
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import lzma
 import os
 import re
 import shutil
@@ -30,6 +33,7 @@ RECIPE_FILES = ["build_guest.py", "packages.txt", "initramfs-init.sh", "stage2-i
 # Modules the initramfs loads, in order, to reach an ext4 root on virtio-blk.
 INITRAMFS_MODULES = ["virtio_pci", "virtio_blk", "crc32c_generic", "ext4"]
 OUTPUTS = ["vmlinuz", "initramfs.cpio", "rootfs.ext4"]
+XZ_MAGIC = b"\xfd7zXZ\x00"
 
 
 def progress(step: str) -> None:
@@ -155,6 +159,21 @@ def module_closure(moddir: Path, wanted: list[str]) -> list[str]:
     return order
 
 
+def extract_vmlinux(bzimage: Path, out: Path) -> None:
+    """Unpack the ELF kernel from an xz-compressed bzImage, if it is one."""
+    data = bzimage.read_bytes()
+    offset = data.find(XZ_MAGIC)
+    if offset < 0:
+        progress("kernel is not xz-compressed; QEMU will boot the bzImage")
+        return
+    elf = lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(data[offset:])
+    if elf[:4] != b"\x7fELF":
+        progress("no ELF kernel inside the bzImage; QEMU will boot the bzImage")
+        return
+    out.write_bytes(elf)
+    progress(f"extracted the uncompressed kernel ({len(elf) >> 20} MiB) for PVH boot")
+
+
 def build_initramfs(root: Path, out: Path) -> None:
     progress("building the initramfs (busybox + virtio/ext4 modules)")
     staging = BUILD / "initramfs.tmp"
@@ -202,6 +221,8 @@ def build() -> None:
     version = kernel_version(root)
     shutil.copy(root / f"boot/vmlinuz-{version}", BUILD / "vmlinuz")
     (BUILD / "kernel-version").write_text(version + "\n")
+    (BUILD / "vmlinux").unlink(missing_ok=True)
+    extract_vmlinux(BUILD / "vmlinuz", BUILD / "vmlinux")
     build_initramfs(root, BUILD / "initramfs.cpio")
     build_rootfs_image(root, BUILD / "rootfs.ext4")
     shutil.rmtree(root)

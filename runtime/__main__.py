@@ -1,0 +1,47 @@
+"""``python3 -m hilconform.runtime --config FILE.toml``: run the reference device runtime.
+
+Exit status: 0 after a shutdown request or SIGTERM/SIGINT, 2 for a bad
+config (the message names the file and the key), 1 when it cannot start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+from .config import ConfigError, load
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m hilconform.runtime", description=__doc__)
+    parser.add_argument("--config", help="runtime TOML (keys: runtime/default-config.toml)")
+    parser.add_argument("--check-config", action="store_true", help="validate the config and exit")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load(args.config)
+    except ConfigError as exc:
+        print(f"hilconform-runtime: config error: {exc}", file=sys.stderr)
+        return 2
+    if args.check_config:
+        print(f"hilconform-runtime: {cfg.path}: ok")
+        return 0
+
+    from .service import Service  # after the config: a config error needs no pyudev
+
+    try:
+        service = Service(cfg)
+        service.start()
+    except (OSError, ValueError, ImportError) as exc:
+        print(f"hilconform-runtime: cannot start: {exc}", file=sys.stderr)
+        return 1
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda n, _f: service.request_stop(signal.Signals(n).name))
+    while not service.wait(1.0):
+        pass
+    service.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

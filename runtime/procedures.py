@@ -1,0 +1,472 @@
+"""Hot-add, hot-remove, reset and recover procedures (HP-01..05, RST-01..03).
+
+Why here and not in the service: each procedure is an ordered list of steps
+with deadlines that runs on its own worker thread, so a drain (up to its
+timeout) or a wedged reset never blocks the service's I/O. The service is the
+``host``: it owns state and events; procedures only read sysfs, call hooks
+and ask the host to change state.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .device_classes import ClassHooks
+from .inventory import DeviceInfo
+from .pciconfig import parse_config
+from .sysfs import Sysfs
+
+COMMAND_OFFSET = 0x04
+COMMAND_BUS_MASTER = 0x0004
+RETRY_S = 0.02
+
+
+class Host(Protocol):
+    """What procedures need from the service (all methods are thread-safe)."""
+
+    sysfs: Sysfs
+    cfg: Any
+
+    def step(self, run: Run, step: str, status: str, **detail: Any) -> None: ...
+    def is_gone(self, bdf: str) -> bool: ...
+    def move_main(self, bdf: str, to: str, cause: str, checkpoint: dict) -> None: ...
+    def join_pool(self, bdf: str, cause: str, checkpoint: dict) -> bool: ...
+    def fault(self, bdf: str, cause: str, checkpoint: dict) -> None: ...
+    def isolate(self, bdf: str, cause: str) -> None: ...
+    def deallocate(self, bdf: str, reason: str) -> list[dict]: ...
+    def topology_leave(self, bdf: str, cause: str) -> dict: ...
+    def finish_removal(self, bdf: str, cause: str) -> None: ...
+    def record_reset(self, bdf: str, outcome: dict) -> None: ...
+    def restore_health(self, bdf: str, cause: str, checkpoint: dict) -> bool: ...
+
+
+@dataclass
+class Run:
+    """One execution of a procedure (its id ties the step events together)."""
+
+    procedure: str
+    run_id: str
+    device: str
+    entry: str
+    started_ns: int
+
+
+# --- checks shared by procedures and health checkpoints -------------------------------
+def memory_bar(info: DeviceInfo) -> int | None:
+    """Index of the first assigned memory BAR (the one MMIO checks read)."""
+    for bar in info.bars:
+        if str(bar.get("kind", "")).startswith("mem") and bar.get("size", 0) > 0:
+            return int(bar["index"])
+    return None
+
+
+def config_intact(sysfs: Sysfs, bdf: str, info: DeviceInfo) -> dict:
+    """RST-03 checkpoint: config not all ones, memory BARs still programmed, MMIO not all ones.
+
+    Returns {"name": "config_intact", "ok": bool, "problems": [...]}; an
+    unreadable MMIO window (no rights) is not a problem, all ones is.
+    """
+    problems: list[str] = []
+    try:
+        cs = parse_config(sysfs.read_config(bdf))
+    except (OSError, ValueError) as exc:
+        return {"name": "config_intact", "ok": False, "problems": [f"config unreadable: {exc}"]}
+    if not cs.present:
+        problems.append("config space reads all ones")
+    else:
+        programmed = {b.index: b.address for b in cs.bars}
+        for bar in info.bars:
+            if (
+                str(bar.get("kind", "")).startswith("mem")
+                and bar.get("address")
+                and programmed.get(bar["index"]) == 0
+            ):
+                problems.append(f"BAR{bar['index']} cleared")
+    index = memory_bar(info)
+    if index is not None:
+        data = sysfs.read_mmio(bdf, index, 0, 4)
+        if data is not None and data == b"\xff" * len(data):
+            problems.append(f"BAR{index} MMIO reads all ones")
+    return {"name": "config_intact", "ok": not problems, "problems": problems}
+
+
+def set_bus_master(sysfs: Sysfs, bdf: str, enabled: bool) -> dict:
+    """Set/clear Command bit 2 with a 2-byte write to the sysfs ``config`` file."""
+    path = sysfs.device_path(bdf, "config")
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        raw = os.pread(fd, 2, COMMAND_OFFSET)
+        if len(raw) != 2:
+            raise OSError(f"short read of the Command register in {path}")
+        before = struct.unpack("<H", raw)[0]
+        if before == 0xFFFF:
+            raise OSError(f"{bdf}: config reads all ones")
+        after = before | COMMAND_BUS_MASTER if enabled else before & ~COMMAND_BUS_MASTER
+        if after != before:
+            os.pwrite(fd, struct.pack("<H", after), COMMAND_OFFSET)
+        return {"command_before": f"0x{before:04x}", "command_after": f"0x{after:04x}"}
+    finally:
+        os.close(fd)
+
+
+def link_active(sysfs: Sysfs, bdf: str, info: DeviceInfo) -> tuple[bool, dict]:
+    """DLL Link Active of the port above (where reported), else the device's own link status."""
+    port = sysfs.parent_bdf(bdf)
+    if port:
+        try:
+            pcs = parse_config(sysfs.read_config(port))
+        except (OSError, ValueError):
+            pcs = None
+        if pcs is not None and pcs.present and pcs.pcie and pcs.pcie.dll_link_active_reporting:
+            return pcs.pcie.dll_link_active, {
+                "source": f"port {port} link status DLLLA",
+                "dll_link_active": pcs.pcie.dll_link_active,
+            }
+    try:
+        cs = parse_config(sysfs.read_config(bdf))
+    except (OSError, ValueError) as exc:
+        return False, {"source": "device config", "error": str(exc)}
+    if not cs.present:
+        return False, {"source": "device config", "error": "config reads all ones"}
+    if cs.pcie is None:
+        return True, {"source": "device config", "note": "conventional PCI: no link to check"}
+    width = cs.pcie.link_status_width or 0
+    return width > 0, {
+        "source": "device link status",
+        "width": width,
+        "speed_gts": cs.pcie.link_status_speed_gts,
+    }
+
+
+# --- hot-add (HP-05, LIFE-02) ---------------------------------------------------------
+def _retry(deadline: float, probe):
+    """Call ``probe`` until it returns (status, detail, final=True) or the deadline passes."""
+    while True:
+        ok, detail, final = probe()
+        if ok or final or time.monotonic() >= deadline:
+            return ok, detail
+        time.sleep(RETRY_S)
+
+
+def hot_add(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> bool:
+    """link_active, firmware, mmio, interrupts, join_pool; the first failing step keeps it out."""
+    sysfs, bdf, cfg = host.sysfs, run.device, host.cfg
+    step_s = cfg.hot_add_step_timeout_ms / 1000.0
+    expected = _expected_firmware(cfg.firmware, info)
+
+    def firmware():
+        version = hooks.firmware_version(sysfs, bdf, info)
+        detail = {"version": version, "expected": expected}
+        if expected is None:
+            return True, {**detail, "note": "no expected version configured"}, True
+        if version is None:
+            return False, {**detail, "error": "firmware version unreadable"}, False
+        if version in expected:
+            return True, detail, True
+        return False, {**detail, "error": f"firmware {version!r} is not an expected version"}, True
+
+    def mmio():
+        index = memory_bar(info)
+        if index is None:
+            return True, {"skipped": "no memory BAR"}, True
+        data = sysfs.read_mmio(bdf, index, 0, 4)
+        if data is None:
+            return False, {"bar": index, "error": f"BAR{index} not readable"}, False
+        if data == b"\xff" * len(data):
+            return False, {"bar": index, "error": f"BAR{index} reads all ones"}, False
+        return True, {"bar": index, "value": data.hex()}, True
+
+    def interrupts():
+        ready = hooks.interrupts_ready(sysfs, bdf, info)
+        detail = {
+            "driver": sysfs.driver(bdf),
+            "msi_irqs": len(sysfs.msi_irqs(bdf)),
+            "hooks": hooks.name,
+        }
+        return ready, detail if ready else {**detail, "error": "interrupts not ready"}, False
+
+    steps = [
+        ("link_active", lambda: (*link_active(sysfs, bdf, info), False)),
+        ("firmware", firmware),
+        ("mmio", mmio),
+        ("interrupts", interrupts),
+    ]
+    host.step(run, "begin", "started", entry=run.entry, hooks=hooks.name)
+    for name, probe in steps:
+        if host.is_gone(bdf):
+            host.step(run, name, "aborted", error="device gone")
+            return False
+        ok, detail = _retry(time.monotonic() + step_s, probe)
+        status = "skipped" if ok and "skipped" in detail else ("ok" if ok else "failed")
+        host.step(run, name, status, **detail)
+        if not ok:
+            cause = f"hot_add:{name}"
+            host.fault(bdf, cause, {"name": f"hot_add.{name}", "ok": False, **detail})
+            host.step(run, "end", "failed", failed_step=name, error=detail.get("error", ""))
+            return False
+        if name == "firmware":
+            host.move_main(
+                bdf, "FIRMWARE_LOADED", "hot_add:firmware", {"name": "hot_add.firmware", "ok": True}
+            )
+    checkpoint = config_intact(sysfs, bdf, info)
+    joined = host.join_pool(bdf, f"hot_add:{run.entry}", checkpoint)
+    host.step(run, "join_pool", "ok" if joined else "failed", **checkpoint)
+    host.step(
+        run, "end", "ok" if joined else "failed", **({} if joined else {"failed_step": "join_pool"})
+    )
+    return joined
+
+
+def _expected_firmware(table: dict, info: DeviceInfo) -> list[str] | None:
+    value = table.get(info.ids, table.get(f"{info.vendor_id:04x}:*"))
+    if value is None:
+        return None
+    return [value] if isinstance(value, str) else list(value)
+
+
+# --- reset (RST-01/02) ------------------------------------------------------------------
+class ResetWorker:
+    """Writes sysfs ``reset`` on a daemon thread: a reset of a wedged device can block
+    for a long time, so the caller waits at most its budget and learns the late outcome
+    through ``on_late``."""
+
+    def __init__(self, sysfs: Sysfs, bdf: str, on_late=None):
+        self.sysfs, self.bdf, self.on_late = sysfs, bdf, on_late
+        self.methods = sysfs.reset_methods(bdf)
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._waited_out = False
+        self.outcome: dict = {}
+        self._start_ns = 0
+
+    def start(self) -> ResetWorker:
+        self._start_ns = time.monotonic_ns()
+        threading.Thread(target=self._run, name=f"reset-{self.bdf}", daemon=True).start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            self.sysfs.write_attr(self.bdf, "reset", "1")
+            outcome = {"outcome": "ok"}
+        except OSError as exc:
+            kind = (
+                "unsupported" if exc.errno in (2, 25, 95) else "error"
+            )  # ENOENT, ENOTTY, EOPNOTSUPP
+            outcome = {"outcome": kind, "error": str(exc)}
+        outcome.update(
+            methods=self.methods, duration_ms=round((time.monotonic_ns() - self._start_ns) / 1e6, 3)
+        )
+        with self._lock:
+            self.outcome = outcome
+            self._done.set()
+            late = self._waited_out
+        if late and self.on_late:
+            self.on_late({**outcome, "late": True})
+
+    def wait(self, timeout_s: float) -> dict:
+        """The outcome, or outcome "timeout" if the reset still runs after ``timeout_s``."""
+        self._done.wait(timeout_s)
+        with self._lock:
+            if self._done.is_set():
+                return dict(self.outcome)
+            self._waited_out = True
+        return {
+            "outcome": "timeout",
+            "methods": self.methods,
+            "duration_ms": round((time.monotonic_ns() - self._start_ns) / 1e6, 3),
+        }
+
+
+def forced_reset(host: Host, run: Run, source: str) -> dict:
+    """Reset through sysfs within reset_timeout_ms; a reset that overruns FAULTs the device."""
+    bdf = run.device
+    timeout_s = host.cfg.reset_timeout_ms / 1000.0
+
+    def late(outcome: dict) -> None:
+        host.record_reset(bdf, {**outcome, "source": source, "run": run.run_id})
+
+    host.step(
+        run,
+        "reset",
+        "started",
+        methods=host.sysfs.reset_methods(bdf),
+        timeout_ms=host.cfg.reset_timeout_ms,
+    )
+    outcome = ResetWorker(host.sysfs, bdf, on_late=late).start().wait(timeout_s)
+    host.record_reset(bdf, {**outcome, "source": source, "run": run.run_id})
+    status = {"ok": "ok", "timeout": "timeout"}.get(outcome["outcome"], "failed")
+    host.step(run, "reset", status, **outcome)
+    if outcome["outcome"] == "timeout":
+        host.fault(
+            bdf,
+            f"{run.procedure}:reset_timeout",
+            {"name": "reset_budget", "ok": False, "timeout_ms": host.cfg.reset_timeout_ms},
+        )
+    return outcome
+
+
+def reset_procedure(host: Host, run: Run, info: DeviceInfo) -> dict:
+    """The ``reset`` operation: reset, then a checkpoint; lost config FAULTs the device."""
+    host.step(run, "begin", "started", entry=run.entry)
+    outcome = forced_reset(host, run, source=run.entry)
+    result = {
+        "outcome": outcome["outcome"],
+        "duration_ms": outcome["duration_ms"],
+        "methods": outcome["methods"],
+    }
+    if outcome["outcome"] == "ok" and not host.is_gone(run.device):
+        checkpoint = config_intact(host.sysfs, run.device, info)
+        result["checkpoint"] = checkpoint
+        if not checkpoint["ok"]:
+            host.fault(run.device, "reset:checkpoint", checkpoint)
+    host.step(run, "end", "ok" if outcome["outcome"] == "ok" else "failed", **result)
+    return result
+
+
+def recover_procedure(
+    host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks, faulted: bool
+) -> dict:
+    """``recover``: DEGRADED -> HEALTHY after a checkpoint; FAULTED needs a reset and the
+    full hot-add self-check first."""
+    host.step(run, "begin", "started", entry=run.entry, faulted=faulted)
+    sysfs, bdf = host.sysfs, run.device
+    if faulted and info.reset_methods:
+        outcome = forced_reset(host, run, source="recover")
+        if outcome["outcome"] != "ok":
+            host.step(run, "end", "failed", failed_step="reset")
+            return {"recovered": False, "failed_step": "reset", "reset": outcome}
+    ok, detail = link_active(sysfs, bdf, info)
+    checkpoint = config_intact(sysfs, bdf, info)
+    if ok and checkpoint["ok"] and faulted:
+        ok = hooks.interrupts_ready(sysfs, bdf, info)
+        detail = {**detail, "interrupts_ready": ok}
+    checkpoint = {**checkpoint, "name": "recover", "ok": ok and checkpoint["ok"], "link": detail}
+    restored = checkpoint["ok"] and host.restore_health(bdf, "recover", checkpoint)
+    host.step(run, "end", "ok" if restored else "failed", **checkpoint)
+    return {"recovered": bool(restored), "checkpoint": checkpoint}
+
+
+# --- hot-remove (HP-01..04) -----------------------------------------------------------------
+def drain(hooks: ClassHooks, sysfs: Sysfs, bdf: str, timeout_s: float, poll_s: float, gone) -> dict:
+    """Poll the class queue probe until it reads 0; never waits past ``timeout_s``."""
+    start = time.monotonic()
+    deadline = start + timeout_s
+    polls, depth = 0, None
+    while True:
+        depth = hooks.queue_depth(sysfs, bdf)
+        polls += 1
+        elapsed_ms = round((time.monotonic() - start) * 1000, 3)
+        if depth is None:
+            return {
+                "status": "skipped",
+                "reason": "no queue probe for this class",
+                "elapsed_ms": elapsed_ms,
+            }
+        if depth == 0:
+            return {"status": "ok", "depth": 0, "polls": polls, "elapsed_ms": elapsed_ms}
+        if gone():
+            return {
+                "status": "aborted",
+                "depth": depth,
+                "error": "device gone",
+                "elapsed_ms": elapsed_ms,
+            }
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return {
+                "status": "timeout",
+                "depth": depth,
+                "polls": polls,
+                "elapsed_ms": elapsed_ms,
+                "timeout_ms": round(timeout_s * 1000, 3),
+            }
+        time.sleep(min(poll_s, left))
+
+
+def _power_off(host: Host, bdf: str, slot: str | None, timeout_s: float) -> dict:
+    """Slot power-off (or logical removal without a slot) on a thread with a deadline."""
+    result: dict = {}
+    done = threading.Event()
+
+    def work() -> None:
+        t0 = time.monotonic_ns()
+        try:
+            if slot is not None:
+                host.sysfs.slot_power(slot, False)
+                result.update(method="slot_power", slot=slot)
+            else:
+                host.sysfs.write_attr(bdf, "remove", "1")
+                result.update(method="sysfs_remove")
+            result["status"] = "ok"
+        except OSError as exc:
+            result.update(status="failed", error=str(exc))
+        result["duration_ms"] = round((time.monotonic_ns() - t0) / 1e6, 3)
+        done.set()
+
+    threading.Thread(target=work, name=f"power-off-{bdf}", daemon=True).start()
+    if not done.wait(timeout_s):
+        return {"status": "timeout", "slot": slot, "timeout_ms": round(timeout_s * 1000, 3)}
+    return dict(result)
+
+
+def hot_remove(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> dict:
+    """isolate, drain (-> forced reset on timeout), deallocate, topology, power_off."""
+    sysfs, bdf, cfg = host.sysfs, run.device, host.cfg
+    summary: dict[str, Any] = {"device": bdf, "run": run.run_id, "entry": run.entry}
+    host.step(run, "begin", "started", entry=run.entry)
+
+    def clear_bus_master(when: str) -> None:
+        try:
+            detail = set_bus_master(sysfs, bdf, False)
+            host.step(run, "bus_master_off", "ok", when=when, **detail)
+        except OSError as exc:
+            host.step(run, "bus_master_off", "failed", when=when, error=str(exc))
+
+    host.isolate(bdf, f"hot_remove:{run.entry}")
+    host.step(run, "isolate", "ok", allocations="stopped")
+    if cfg.bus_master_off == "before_drain":
+        clear_bus_master("isolate")
+
+    result = drain(
+        hooks,
+        sysfs,
+        bdf,
+        cfg.drain_timeout_ms / 1000.0,
+        cfg.drain_poll_ms / 1000.0,
+        lambda: host.is_gone(bdf),
+    )
+    status = result.pop("status")
+    host.step(run, "drain", status, **result)
+    summary["drain"] = {"status": status, **result}
+    if status == "timeout" and not host.is_gone(bdf):
+        summary["reset"] = forced_reset(host, run, source="drain_timeout")
+    if cfg.bus_master_off == "after_drain" and not host.is_gone(bdf):
+        clear_bus_master("after_drain")
+
+    notified = host.deallocate(bdf, "hot_remove")
+    host.step(run, "deallocate", "ok", holders=notified)
+    topo = host.topology_leave(bdf, f"hot_remove:{run.entry}")
+    host.step(run, "topology", "ok", **topo)
+
+    if host.is_gone(bdf):
+        host.step(run, "power_off", "skipped", reason="device already gone")
+        host.finish_removal(bdf, "hot_remove")
+    else:
+        slot = info.slot or sysfs.slot_of(bdf)
+        result = _power_off(host, bdf, slot, cfg.power_off_timeout_ms / 1000.0)
+        status = result.pop("status")
+        host.step(run, "power_off", status, **result)
+        summary["power_off"] = {"status": status, **result}
+        if status == "ok":
+            host.finish_removal(bdf, "hot_remove")
+        elif status == "failed":
+            host.fault(bdf, "hot_remove:power_off", {"name": "power_off", "ok": False, **result})
+        # timeout: the write may still complete; the udev remove then finishes the removal
+    summary["ok"] = summary.get("power_off", {}).get("status", "ok") == "ok"
+    host.step(run, "end", "ok" if summary["ok"] else "failed")
+    return summary

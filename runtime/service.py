@@ -1,0 +1,1142 @@
+"""The runtime's core: devices, leases, events and the protocol methods, under one lock.
+
+Why one lock: state changes come from five threads (I/O, discovery, kernel
+log, ticker, procedure workers). Every state change and every event emission
+happens under ``self._lock``, so events leave in the order the state changed
+and no two threads can allocate one device. Anything that can block (drain,
+reset, power-off) runs on a worker without the lock (see procedures.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from typing import Any
+
+from . import procedures, protocol
+from .aer import AerPolicy, CounterDeltas, DeviceAer, totals
+from .config import Config
+from .device_classes import ClassHooks, hooks_for
+from .discovery import DiscoveryWatcher, PciChange, QueueChangeSource
+from .inventory import DeviceGone, DeviceInfo, IdentityRegistry, describe
+from .kernel_log import KernelEvent, KernelLogFollower
+from .leases import LeaseError, LeaseTable
+from .lifecycle import DeviceStates, IllegalTransition, TransitionTable
+from .protocol import ProtocolError
+from .selector import Selector
+from .sysfs import Sysfs
+from .transport import Server, Session
+
+RUNTIME_VERSION = "0.1.0"
+HISTORY = 2048  # events kept for subscribe(since_seq=...)
+RECOVERY_GRACE_NS = 10_000_000_000  # config may read all ones while the kernel recovers the link
+SENT = object()  # a handler already replied (or will reply from a worker)
+
+
+def log(msg: str) -> None:
+    print(f"hilconform-runtime: {msg}", file=sys.stderr, flush=True)
+
+
+class Device:
+    """One managed PCI function while it is present."""
+
+    def __init__(
+        self,
+        info: DeviceInfo,
+        hooks: ClassHooks,
+        table: TransitionTable,
+        aer: DeviceAer,
+        port: str | None,
+    ):
+        self.info = info
+        self.hooks = hooks
+        self.states = DeviceStates(table, info.bdf)
+        self.aer = aer
+        self.port = port
+        self.busy: str | None = None  # procedure running on it
+        self.isolated = False  # no new allocations (orderly removal)
+        self.leaving = False  # removal: topology already updated
+        self.gone = False
+        self.pending_health: str | None = None  # a worse health seen during the self-check
+        self.pending_removal: str | None = None  # attention button while another procedure ran
+        self.last_checkpoint: dict | None = None
+        self.last_cause = "discovered"
+        self.since_ns = time.monotonic_ns()
+
+    @property
+    def bdf(self) -> str:
+        return self.info.bdf
+
+    def available(self) -> bool:
+        return (
+            self.states.health == "HEALTHY"
+            and not (self.isolated or self.leaving or self.gone or self.busy)
+            and self.aer.recovering_since_ns is None
+        )
+
+
+class Service:
+    def __init__(
+        self,
+        cfg: Config,
+        sysfs: Sysfs | None = None,
+        change_source=None,
+        kernel_log_path: str | None = None,
+    ):
+        self.cfg = cfg
+        self.sysfs = sysfs or Sysfs(cfg.sysfs_root)
+        self.table = TransitionTable.load()
+        self.selector = Selector.from_config(cfg.selector)
+        self.policy = AerPolicy.from_config(cfg.aer)
+        self.leases = LeaseTable(cfg.lease_ttl_s)
+        self.identities = IdentityRegistry(cfg.identity_store or None)
+        self.devices: dict[str, Device] = {}
+        self.sessions: dict[int, Session] = {}
+        self.history: deque[tuple[int, str, bytes]] = deque(maxlen=HISTORY)  # (seq, name, line)
+        self._lock = threading.RLock()
+        self._seq = 0
+        self._runs = itertools.count(1)
+        self._counter = CounterDeltas()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.generation = 0
+        self.inventory_complete = False
+        self.started_ns = time.monotonic_ns()
+        self.stats_counts = {
+            "requests": 0,
+            "errors": 0,
+            "events": 0,
+            "dropped_closed_sessions": 0,
+            "illegal_transitions_refused": 0,
+            "internal_errors": 0,
+        }
+        if change_source is None and not cfg.udev:
+            change_source = QueueChangeSource()  # nothing feeds it: no udev on this host
+        self.watcher = DiscoveryWatcher(
+            self.sysfs,
+            self.selector,
+            cfg.batch_window_ms / 1000.0,
+            self._on_batch,
+            source=change_source,
+            on_change=self._on_change,
+        )
+        path = cfg.kernel_log if kernel_log_path is None else kernel_log_path
+        self.kernel_log = KernelLogFollower(path, self.on_kernel_event) if path else None
+        self.server: Server | None = None
+
+    # == start / stop ====================================================================
+    def start(self, serve: bool = True) -> None:
+        if serve:
+            self.server = Server(self, self.cfg.transport, self.cfg.max_outgoing_bytes)
+            self.server.start()
+        if self.kernel_log:
+            self.kernel_log.start()
+        t0 = time.monotonic_ns()
+        infos = self.watcher.enumerate()
+        for info in infos:
+            self._add_device(info, "boot", None)
+        with self._lock:
+            self.inventory_complete = True
+            self.emit(
+                "inventory_complete",
+                {
+                    "devices": len(infos),
+                    "duration_ms": round((time.monotonic_ns() - t0) / 1e6, 3),
+                    "bdfs": sorted(d.bdf for d in infos),
+                },
+            )
+            self._topology("boot")
+        self.watcher.start()
+        ticker = threading.Thread(target=self._tick, name="ticker", daemon=True)
+        ticker.start()
+        self._threads.append(ticker)
+        log(f"started: {len(infos)} device(s), transport {self.cfg.transport}, pid {os.getpid()}")
+
+    def request_stop(self, reason: str = "requested") -> None:
+        if not self._stop.is_set():
+            with self._lock:
+                self.emit("shutdown", {"reason": reason})
+            self._stop.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._stop.wait(timeout)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.watcher.stop()
+        if self.kernel_log:
+            self.kernel_log.stop()
+        for t in self._threads:
+            t.join(timeout=2)
+        if self.server:
+            self.server.stop()
+        log("stopped")
+
+    # == events ==========================================================================
+    def emit(self, name: str, data: dict, ts_ns: int | None = None) -> dict:
+        """Number, remember and broadcast one event (lock held by callers that change state)."""
+        with self._lock:
+            self._seq += 1
+            msg = protocol.event(name, self._seq, ts_ns or time.monotonic_ns(), data)
+            raw = protocol.encode(msg)
+            self.history.append((self._seq, name, raw))
+            self.stats_counts["events"] += 1
+            for session in self.sessions.values():
+                if session.subscribed and (
+                    session.event_filter is None or name in session.event_filter
+                ):
+                    session.send_raw(raw, droppable=True)
+            return msg
+
+    def _transition(self, dev: Device, moves) -> None:
+        for t in moves:
+            dev.last_cause, dev.since_ns = t.cause, t.ts_ns
+            if t.view == "health":
+                dev.last_checkpoint = t.checkpoint
+            self.emit("transition", t.to_dict(), ts_ns=t.ts_ns)
+            log(f"{t.device} {t.view} {t.frm} -> {t.to} ({t.cause})")
+
+    def _move_health(self, dev: Device, to: str, cause: str, checkpoint: dict) -> None:
+        self._transition(dev, dev.states.move_health(to, cause, checkpoint))
+
+    def _apply_health(self, dev: Device, verdict: str, cause: str, checkpoint: dict) -> None:
+        """Worse health wins: a signal only ever makes health worse (recover makes it better)."""
+        current = dev.states.health
+        if current == "REMOVED" or self.table.rank(verdict) <= self.table.rank(current):
+            return
+        if current == "DISCOVERED" and not self.table.allowed("health", current, verdict):
+            dev.pending_health = self.table.worse(dev.pending_health or "HEALTHY", verdict)
+            return  # applied when the self-check joins the device to the pool
+        if current == "ALLOCATED":  # a degraded or faulted device is not held: ALLOCATED -> verdict
+            self._revoke(dev, verdict.lower(), to_released=False)
+        self._move_health(dev, verdict, cause, checkpoint)
+
+    # == sessions (transport callbacks) ==================================================
+    def open_session(self, session: Session) -> None:
+        with self._lock:
+            self.sessions[session.id] = session
+        log(f"session {session.id} opened ({session.peer})")
+
+    def close_session(self, session: Session) -> None:
+        with self._lock:
+            if self.sessions.pop(session.id, None) is not None:
+                self.stats_counts["dropped_closed_sessions"] += session.dropped_total
+
+    def on_drained(self, session: Session) -> None:
+        """Space returned in a client's buffer: tell it how many events it lost."""
+        with self._lock:
+            count, session.dropped_pending = session.dropped_pending, 0
+            if count:
+                self._seq += 1
+                session.send(
+                    protocol.event(
+                        "dropped",
+                        self._seq,
+                        time.monotonic_ns(),
+                        {"count": count, "total": session.dropped_total},
+                    )
+                )
+
+    def handle_line(self, session: Session, line: bytes) -> None:
+        """Answer one request line; never raises (a bug becomes an INTERNAL error reply)."""
+        req_id = None
+        try:
+            self.stats_counts["requests"] += 1
+            req = protocol.decode_request(line)
+            req_id = req.id
+            result = getattr(self, f"_m_{req.method}")(session, req)
+            if result is not SENT:
+                session.send(protocol.reply(req.id, result))
+        except ProtocolError as exc:
+            self._error(
+                session,
+                exc.req_id if exc.req_id is not None else req_id,
+                exc.code,
+                exc.message,
+                exc.data,
+            )
+        except LeaseError as exc:
+            self._error(session, req_id, exc.code, str(exc))
+        except Exception as exc:  # noqa: BLE001 - the runtime keeps serving
+            self.stats_counts["internal_errors"] += 1
+            log(f"internal error on {line[:200]!r}: {exc!r}\n{traceback.format_exc()}")
+            self._error(session, req_id, protocol.INTERNAL, f"internal error: {exc!r}"[:300])
+
+    def _error(
+        self, session: Session, req_id: Any, code: str, message: str, data: dict | None = None
+    ) -> None:
+        self.stats_counts["errors"] += 1
+        session.send(protocol.error(req_id, code, message, data))
+
+    # == devices =========================================================================
+    def _lookup(self, ident: str) -> Device:
+        """A device by BDF ("0000:01:00.0" or "01:00.0") or fingerprint."""
+        with self._lock:
+            key = ident.lower()
+            if len(key) == 7 and key[2] == ":":
+                key = f"0000:{key}"
+            dev = self.devices.get(key)
+            if dev is None:
+                dev = next((d for d in self.devices.values() if d.info.fingerprint == key), None)
+            if dev is None:
+                raise ProtocolError(protocol.UNKNOWN_DEVICE, f"no managed device {ident[:80]!r}")
+            return dev
+
+    def _add_device(self, info: DeviceInfo, cause: str, change: PciChange | None) -> None:
+        try:
+            hooks = hooks_for(info, self.cfg.hooks)
+        except ValueError as exc:
+            log(f"{info.bdf}: hooks config: {exc}; generic hooks used")
+            hooks = ClassHooks()
+        port = self.sysfs.parent_bdf(info.bdf)
+        baselines = {
+            src: totals(self.sysfs.aer_counters(src)) for src in filter(None, (info.bdf, port))
+        }
+        with self._lock:
+            old = self.devices.get(info.bdf)
+            if old is not None and not old.gone:
+                return  # already known (an add racing the boot enumeration)
+            known = self._known_sources()
+            for src, current in baselines.items():
+                if (
+                    src == info.bdf or src not in known
+                ):  # a port shared with a sibling keeps its baseline
+                    self._counter.baseline(src, current)
+            dev = Device(info, hooks, self.table, DeviceAer(self.policy), port)
+            self.devices[info.bdf] = dev
+            self.emit(
+                "discovered",
+                {
+                    "device": info.bdf,
+                    "cause": cause,
+                    "state": dev.states.health,
+                    "main_state": dev.states.main,
+                    "fingerprint": info.fingerprint,
+                    "info": info.to_dict(),
+                    "udev_received_ns": change.received_ns if change else None,
+                },
+            )
+            if self.identities.observe(info):
+                self.emit(
+                    "identity_changed",
+                    {
+                        "device": info.bdf,
+                        "location": IdentityRegistry.location(info),
+                        "fingerprint": info.fingerprint,
+                    },
+                )
+            self._start(
+                dev, "hot_add", cause, lambda run: procedures.hot_add(self, run, info, hooks)
+            )
+
+    def _known_sources(self) -> set[str]:
+        return {d.bdf for d in self.devices.values()} | {
+            d.port for d in self.devices.values() if d.port
+        }
+
+    def _start(self, dev: Device, name: str, entry: str, work, on_done=None):
+        """Run a procedure on a worker thread; one procedure per device at a time (lock held)."""
+        dev.busy = name
+        run = procedures.Run(
+            name, f"{name}-{next(self._runs)}", dev.bdf, entry, time.monotonic_ns()
+        )
+
+        def body() -> None:
+            result: Any = None
+            try:
+                result = work(run)
+            except Exception as exc:  # noqa: BLE001
+                self.stats_counts["internal_errors"] += 1
+                log(f"{run.run_id} failed: {exc!r}\n{traceback.format_exc()}")
+                result = {"internal_error": f"{exc!r}"[:300]}
+                self.step(run, "end", "failed", error=result["internal_error"])
+            finally:
+                with self._lock:
+                    if dev.busy == name:
+                        dev.busy = None
+                    pending, dev.pending_removal = dev.pending_removal, None
+                    if pending and not dev.gone and self.devices.get(dev.bdf) is dev:
+                        self._start_removal(dev, pending)
+            if on_done:
+                on_done(result)
+
+        threading.Thread(target=body, name=run.run_id, daemon=True).start()
+        return run
+
+    def _start_removal(self, dev: Device, entry: str, on_done=None):
+        return self._start(
+            dev,
+            "hot_remove",
+            entry,
+            lambda run: procedures.hot_remove(self, run, dev.info, dev.hooks),
+            on_done,
+        )
+
+    # == procedure host (procedures.Host) ====================================================
+    def step(self, run: procedures.Run, step: str, status: str, **detail: Any) -> None:
+        data = {
+            "procedure": run.procedure,
+            "run": run.run_id,
+            "device": run.device,
+            "entry": run.entry,
+            "step": step,
+            "status": status,
+            "ts_ns": time.monotonic_ns(),
+            **detail,
+        }
+        self.emit("procedure", data, ts_ns=data["ts_ns"])
+        if step not in ("begin",):
+            log(
+                f"{run.device} {run.run_id} {step}: {status}"
+                + (f" ({detail.get('error')})" if detail.get("error") else "")
+            )
+
+    def is_gone(self, bdf: str) -> bool:
+        with self._lock:
+            dev = self.devices.get(bdf)
+            return dev is None or dev.gone
+
+    def move_main(self, bdf: str, to: str, cause: str, checkpoint: dict) -> None:
+        with self._lock:
+            dev = self.devices.get(bdf)
+            if dev and not dev.gone and dev.states.main != to:
+                self._transition(dev, [dev.states.move("main", to, cause, checkpoint)])
+
+    def join_pool(self, bdf: str, cause: str, checkpoint: dict) -> bool:
+        with self._lock:
+            dev = self.devices.get(bdf)
+            if dev is None or dev.gone or dev.states.health != "DISCOVERED":
+                return False
+            if not checkpoint["ok"]:
+                self._move_health(dev, "FAULTED", f"{cause}:checkpoint", checkpoint)
+                return False
+            self._move_health(dev, "HEALTHY", cause, checkpoint)
+            if dev.pending_health:
+                self._apply_health(dev, dev.pending_health, "aer:during_self_check", checkpoint)
+                dev.pending_health = None
+            return dev.states.health == "HEALTHY"
+
+    def fault(self, bdf: str, cause: str, checkpoint: dict) -> None:
+        with self._lock:
+            dev = self.devices.get(bdf)
+            if dev and not dev.gone:
+                self._apply_health(dev, "FAULTED", cause, checkpoint)
+
+    def restore_health(self, bdf: str, cause: str, checkpoint: dict) -> bool:
+        with self._lock:
+            dev = self.devices.get(bdf)
+            if dev is None or dev.gone or dev.states.health not in ("DEGRADED", "FAULTED"):
+                return False
+            self._move_health(dev, "HEALTHY", cause, checkpoint)
+            dev.aer.clear()
+            return True
+
+    def isolate(self, bdf: str, cause: str) -> None:
+        with self._lock:
+            dev = self.devices.get(bdf)
+            if dev:
+                dev.isolated = True
+
+    def _revoke(self, dev: Device, reason: str, to_released: bool = True) -> list[dict]:
+        """Take the device from its lease: DEALLOCATE to the holder, ALLOCATED -> RELEASED."""
+        lease = self.leases.revoke_device(dev.bdf)
+        if lease is None:
+            return []
+        self.emit(
+            "deallocate",
+            {"device": dev.bdf, "lease": lease.id, "holder": lease.holder, "reason": reason},
+        )
+        self.emit(
+            "lease", {**lease.to_dict(), "action": "revoked", "device": dev.bdf, "reason": reason}
+        )
+        if to_released and dev.states.health == "ALLOCATED":
+            self._move_health(
+                dev, "RELEASED", f"deallocate:{reason}", {"name": "deallocate", "ok": True}
+            )
+        return [{"lease": lease.id, "holder": lease.holder}]
+
+    def deallocate(self, bdf: str, reason: str) -> list[dict]:
+        with self._lock:
+            dev = self.devices.get(bdf)
+            return self._revoke(dev, reason) if dev else []
+
+    def topology_leave(self, bdf: str, cause: str) -> dict:
+        with self._lock:
+            dev = self.devices.get(bdf)
+            if dev is None:
+                return {"generation": self.generation, "note": "device already gone"}
+            dev.leaving = True
+            return self._topology(cause, left=bdf)
+
+    def _topology(self, cause: str, **extra: Any) -> dict:
+        self.generation += 1
+        devices = sorted(b for b, d in self.devices.items() if not (d.leaving or d.gone))
+        self.emit(
+            "topology", {"generation": self.generation, "devices": devices, "cause": cause, **extra}
+        )
+        return {"generation": self.generation, "devices": len(devices)}
+
+    def finish_removal(self, bdf: str, cause: str) -> None:
+        with self._lock:
+            dev = self.devices.pop(bdf, None)
+            if dev is None:
+                return
+            dev.gone = True
+            self._revoke(dev, cause)
+            self._move_health(dev, "REMOVED", cause, {"name": "removal", "ok": True})
+            self.emit(
+                "removed", {"device": bdf, "cause": cause, "fingerprint": dev.info.fingerprint}
+            )
+            if not dev.leaving:
+                self._topology(cause, left=bdf)
+            if cause != "surprise":
+                self.identities.forget(dev.info)
+            for src in (bdf,) + (
+                (dev.port,) if dev.port and dev.port not in self._known_sources() else ()
+            ):
+                self._counter.forget(src)
+
+    def record_reset(self, bdf: str, outcome: dict) -> None:
+        with self._lock:
+            dev = self.devices.get(bdf)
+            if dev:
+                dev.aer.note_reset(time.monotonic_ns())
+            self.emit("reset", {"device": bdf, **outcome})
+
+    # == discovery callbacks =============================================================
+    def _on_change(self, change: PciChange) -> None:
+        """Called at once for each change (DISC-02/06 latency), before the batch closes."""
+        props = change.properties
+        if change.action == "add":
+            try:
+                info = describe(self.sysfs, change.bdf)
+            except DeviceGone:
+                return
+            self._add_device(info, "hot_add", change)
+        elif change.action == "remove" and not props.get("CHILD_SUBSYSTEM"):
+            self._vanished(change.bdf, "surprise")
+        elif props.get("ERROR_EVENT"):
+            self._aer_uevent(change)
+        elif change.action in ("bind", "unbind", "change"):
+            self._redescribe(change.bdf)
+
+    def _on_batch(self, batch: list[PciChange]) -> None:
+        """One topology rebuild per batch (DISC-04)."""
+        actions: dict[str, int] = {}
+        for change in batch:
+            actions[change.action] = actions.get(change.action, 0) + 1
+        with self._lock:
+            self._topology("udev_batch", changes=len(batch), actions=actions)
+
+    def _vanished(self, bdf: str, cause: str) -> None:
+        with self._lock:
+            dev = self.devices.get(bdf)
+            if dev is None:
+                return
+            dev.gone = True
+            self.finish_removal(bdf, "hot_remove" if dev.leaving else cause)
+
+    def _redescribe(self, bdf: str) -> None:
+        with self._lock:
+            dev = self.devices.get(bdf)
+            if dev is None or dev.gone:
+                return
+            previous = dev.info
+        try:
+            info = describe(self.sysfs, bdf, previous)
+        except DeviceGone:
+            return
+        with self._lock:
+            if self.devices.get(bdf) is dev:
+                info.fingerprint = info.fingerprint or previous.fingerprint
+                dev.info = info
+                if self.identities.observe(info):
+                    self.emit(
+                        "identity_changed",
+                        {
+                            "device": bdf,
+                            "location": IdentityRegistry.location(info),
+                            "fingerprint": info.fingerprint,
+                        },
+                    )
+
+    # == AER ===================================================================================
+    def _poll_aer(self, bdfs: list[str] | None = None) -> None:
+        """Read aer_dev_* of the devices and their ports; port errors count on the devices below."""
+        with self._lock:
+            devs = [
+                d for d in self.devices.values() if not d.gone and (bdfs is None or d.bdf in bdfs)
+            ]
+            sources = {d.bdf for d in devs} | {d.port for d in devs if d.port}
+        reads = {src: self.sysfs.aer_counters(src) for src in sorted(sources)}
+        now = time.monotonic_ns()
+        with self._lock:
+            for src, counters in reads.items():
+                if not counters:
+                    continue
+                delta = self._counter.delta(src, totals(counters))
+                if not any(delta.values()):
+                    continue
+                targets = [
+                    d
+                    for d in self.devices.values()
+                    if not d.gone and (d.bdf == src or d.port == src)
+                ]
+                for dev in targets:
+                    for sev, n in delta.items():
+                        dev.aer.record(sev, n, now)
+                    self.emit(
+                        "aer",
+                        {
+                            "device": dev.bdf,
+                            "kind": "counted",
+                            "source": src,
+                            "delta": delta,
+                            **dev.aer.to_dict(now),
+                        },
+                    )
+
+    def _aer_uevent(self, change: PciChange) -> None:
+        event = change.properties.get("ERROR_EVENT", "")
+        bdf = change.bdf
+        with self._lock:
+            dev = self.devices.get(bdf)
+            if dev is None or dev.gone:
+                return
+            online = change.properties.get("DEVICE_ONLINE")
+            if event == "BEGIN_RECOVERY":
+                dev.aer.begin_recovery(change.received_ns)
+                self.emit("aer", {"device": bdf, "kind": "begin_recovery", "online": online == "1"})
+        self._poll_aer([bdf])
+        if event == "BEGIN_RECOVERY":
+            return
+        checkpoint = (
+            procedures.config_intact(self.sysfs, bdf, dev.info)
+            if event == "SUCCESSFUL_RECOVERY"
+            else None
+        )
+        now = time.monotonic_ns()
+        with self._lock:
+            if self.devices.get(bdf) is not dev or dev.gone:
+                return
+            began = dev.aer.recovering_since_ns
+            severity = dev.aer.end_recovery(now)
+            if event == "FAILED_RECOVERY":
+                self.emit(
+                    "aer",
+                    {
+                        "device": bdf,
+                        "kind": "recovery_failed",
+                        "severity": severity,
+                        "online": online == "1",
+                        **dev.aer.to_dict(now),
+                    },
+                )
+                self._apply_health(
+                    dev,
+                    "FAULTED",
+                    "aer:failed_recovery",
+                    {"name": "aer_recovery", "ok": False, "uevent": event},
+                )
+                return
+            if event != "SUCCESSFUL_RECOVERY":
+                return
+            self.emit(
+                "aer",
+                {
+                    "device": bdf,
+                    "kind": "recovered",
+                    "severity": severity,
+                    "online": online == "1",
+                    **dev.aer.to_dict(now),
+                },
+            )
+            if severity == "fatal":  # the kernel reset the link to recover (AER-02)
+                self.emit(
+                    "reset",
+                    {
+                        "device": bdf,
+                        "outcome": "ok",
+                        "source": "kernel_aer",
+                        "methods": ["link"],
+                        "duration_ms": round((now - began) / 1e6, 3) if began else None,
+                    },
+                )
+            self._judge(dev, checkpoint, f"aer:recovered_{severity}", recovered=severity)
+
+    def _judge(
+        self, dev: Device, checkpoint: dict | None, cause: str, recovered: str | None = None
+    ) -> None:
+        """Combine the AER verdict and the config checkpoint; the worse one wins (lock held)."""
+        now = time.monotonic_ns()
+        verdict = dev.aer.verdict(now, recovered)
+        signals = [verdict.health]
+        if checkpoint is not None and not checkpoint["ok"]:
+            signals.append("FAULTED")
+        target = self.table.worse(*signals)
+        evidence = {
+            "name": "health",
+            "ok": target == "HEALTHY",
+            "aer": {"weight": verdict.weight, "reasons": list(verdict.reasons)},
+            "config": checkpoint,
+        }
+        why = (
+            cause
+            if target == verdict.health or checkpoint is None or checkpoint["ok"]
+            else "config_lost"
+        )
+        self._apply_health(dev, target, why, evidence)
+        if (
+            verdict.reset
+            and not dev.busy
+            and not dev.gone
+            and dev.states.health not in ("FAULTED", "REMOVED")
+        ):
+            dev.aer.note_reset(now)
+            self._start(
+                dev,
+                "reset",
+                "aer_sustained_rate",
+                lambda run: procedures.reset_procedure(self, run, dev.info),
+            )
+
+    # == kernel log ======================================================================
+    def on_kernel_event(self, ev: KernelEvent) -> None:
+        with self._lock:
+            self.emit("kernel", ev.to_dict())
+            targets = [
+                d for d in self.devices.values() if not d.gone and _kernel_event_concerns(ev, d)
+            ]
+            if ev.kind == "button_power_off":
+                for dev in targets:
+                    if dev.busy == "hot_remove" or dev.leaving:
+                        continue
+                    if dev.busy:
+                        dev.pending_removal = "attention_button"
+                    else:
+                        self._start_removal(dev, "attention_button")
+        if ev.kind == "aer_error" and targets:
+            self._poll_aer([d.bdf for d in targets])
+
+    # == periodic work ===================================================================
+    def _tick(self) -> None:
+        lease_s = self.cfg.lease_check_ms / 1000.0
+        poll_s = self.cfg.health_poll_ms / 1000.0
+        next_poll = time.monotonic() + poll_s
+        while not self._stop.wait(min(lease_s, max(0.0, next_poll - time.monotonic()))):
+            try:
+                self._expire_leases()
+                if time.monotonic() >= next_poll:
+                    next_poll = time.monotonic() + poll_s
+                    self.health_poll(None, "health_poll")
+            except Exception as exc:  # noqa: BLE001 - the ticker must survive a bug
+                self.stats_counts["internal_errors"] += 1
+                log(f"ticker: {exc!r}\n{traceback.format_exc()}")
+
+    def _expire_leases(self) -> None:
+        with self._lock:
+            for lease in self.leases.expired(time.monotonic_ns()):
+                self.emit("lease", {**lease.to_dict(), "action": "expired"})
+                for bdf in lease.devices:
+                    dev = self.devices.get(bdf)
+                    self.emit(
+                        "deallocate",
+                        {
+                            "device": bdf,
+                            "lease": lease.id,
+                            "holder": lease.holder,
+                            "reason": "lease_expired",
+                        },
+                    )
+                    if dev and dev.states.health == "ALLOCATED":
+                        self._end_allocation(dev, "lease_expired")
+
+    def _end_allocation(self, dev: Device, cause: str) -> None:
+        """ALLOCATED -> RELEASED -> HEALTHY, through the release checkpoint (lock held)."""
+        self._move_health(dev, "RELEASED", cause, {"name": "release", "ok": True})
+        if dev.isolated or dev.leaving or dev.gone:
+            return
+        checkpoint = procedures.config_intact(self.sysfs, dev.bdf, dev.info)
+        verdict = dev.aer.verdict(time.monotonic_ns())
+        target = self.table.worse(verdict.health, "HEALTHY" if checkpoint["ok"] else "FAULTED")
+        if target == "HEALTHY":
+            self._move_health(dev, "HEALTHY", cause, checkpoint)
+        else:
+            self._move_health(
+                dev, target, f"{cause}:checkpoint", {**checkpoint, "aer_weight": verdict.weight}
+            )
+
+    def health_poll(self, bdfs: list[str] | None, cause: str) -> dict:
+        """Checkpoint every (or the given) idle device: presence, config, AER (RST-03, LIFE-05)."""
+        with self._lock:
+            devs = [d for d in self.devices.values() if (bdfs is None or d.bdf in bdfs)]
+        self._poll_aer([d.bdf for d in devs])
+        results = {}
+        for dev in devs:
+            recovering = dev.aer.recovering_since_ns
+            if recovering is not None and time.monotonic_ns() - recovering < RECOVERY_GRACE_NS:
+                results[dev.bdf] = {
+                    "state": dev.states.health,
+                    "skipped": "AER recovery in progress",
+                }
+                continue
+            if dev.gone or dev.busy or dev.states.health in ("DISCOVERED", "REMOVED"):
+                results[dev.bdf] = {
+                    "state": dev.states.health,
+                    "skipped": dev.busy or "not checkable now",
+                }
+                continue
+            if not self.sysfs.exists(dev.bdf):
+                self._vanished(dev.bdf, "vanished")
+                results[dev.bdf] = {"state": "REMOVED", "cause": "vanished"}
+                continue
+            checkpoint = procedures.config_intact(self.sysfs, dev.bdf, dev.info)
+            with self._lock:
+                if self.devices.get(dev.bdf) is dev and not dev.busy:
+                    self._judge(dev, checkpoint, cause)
+                results[dev.bdf] = {
+                    "state": dev.states.health,
+                    "checkpoint": checkpoint,
+                    "aer": dev.aer.to_dict(time.monotonic_ns()),
+                }
+        return results
+
+    # == protocol methods ================================================================
+    def _m_hello(self, session: Session, req: protocol.Request) -> dict:
+        versions = req.params.get("versions")
+        if versions is not None and protocol.PROTOCOL_VERSION not in versions:
+            raise ProtocolError(
+                protocol.UNSUPPORTED_VERSION,
+                "no common protocol version",
+                req.id,
+                {"supported": list(protocol.SUPPORTED_VERSIONS)},
+            )
+        return {
+            "protocol": protocol.PROTOCOL_VERSION,
+            "versions": list(protocol.SUPPORTED_VERSIONS),
+            "runtime": self.cfg.name,
+            "runtime_version": RUNTIME_VERSION,
+            "pid": os.getpid(),
+            "session": session.id,
+            "started_ns": self.started_ns,
+            "now_ns": time.monotonic_ns(),
+            "max_line_bytes": protocol.MAX_LINE_BYTES,
+            "methods": sorted(protocol.METHODS),
+            "events": sorted(protocol.EVENTS),
+            "config": self.cfg.summary(),
+        }
+
+    def _device_dict(self, dev: Device) -> dict:
+        lease = self.leases.holder_of(dev.bdf)
+        return {
+            "device": dev.bdf,
+            "fingerprint": dev.info.fingerprint,
+            "state": dev.states.health,
+            "main_state": dev.states.main,
+            "in_pool": dev.available(),
+            "lease": lease.id if lease else None,
+            "holder": lease.holder if lease else None,
+            "busy": dev.busy,
+            "isolated": dev.isolated,
+            "leaving": dev.leaving,
+            "class": dev.hooks.name,
+            "port": dev.port,
+            "slot": dev.info.slot,
+            "last_cause": dev.last_cause,
+            "since_ns": dev.since_ns,
+            "last_checkpoint": dev.last_checkpoint,
+            "aer": dev.aer.to_dict(time.monotonic_ns()),
+            "info": dev.info.to_dict(),
+        }
+
+    def _m_inventory(self, session: Session, req: protocol.Request) -> dict:
+        with self._lock:
+            return {
+                "complete": self.inventory_complete,
+                "generation": self.generation,
+                "devices": [self._device_dict(d) for _, d in sorted(self.devices.items())],
+            }
+
+    def _m_device(self, session: Session, req: protocol.Request) -> dict:
+        with self._lock:
+            return self._device_dict(self._lookup(req.params["device"]))
+
+    def _m_transitions(self, session: Session, req: protocol.Request) -> dict:
+        return self.table.to_dict()
+
+    def _m_subscribe(self, session: Session, req: protocol.Request):
+        names = req.params.get("events")
+        if names is not None:
+            unknown = [n for n in names if n not in protocol.EVENTS]
+            if unknown or not names:
+                raise ProtocolError(
+                    protocol.INVALID_PARAMS, f"subscribe: unknown event names {unknown[:5]}", req.id
+                )
+        since = req.params.get("since_seq")
+        with self._lock:  # reply, replay and go live atomically: no event is missed or doubled
+            event_filter = frozenset(names) if names is not None else None
+            replay = [
+                raw
+                for seq, name, raw in self.history
+                if since is not None
+                and seq > since
+                and (event_filter is None or name in event_filter)
+            ]
+            oldest = self.history[0][0] if self.history else self._seq + 1
+            session.send(
+                protocol.reply(
+                    req.id, {"seq": self._seq, "replayed": len(replay), "history_starts_at": oldest}
+                )
+            )
+            for raw in replay:
+                session.send_raw(raw, droppable=True)
+            session.event_filter = event_filter
+            session.subscribed = True
+        return SENT
+
+    def _m_unsubscribe(self, session: Session, req: protocol.Request) -> dict:
+        with self._lock:
+            session.subscribed = False
+            session.event_filter = None
+        return {"subscribed": False}
+
+    def _m_allocate(self, session: Session, req: protocol.Request) -> dict:
+        p = req.params
+        if ("device" in p) == ("class" in p):
+            raise ProtocolError(
+                protocol.INVALID_PARAMS, "allocate: give exactly one of device, class", req.id
+            )
+        count = p.get("count", 1)
+        if count < 1 or ("device" in p and count != 1):
+            raise ProtocolError(
+                protocol.INVALID_PARAMS, "allocate: count must be >= 1 (1 with device)", req.id
+            )
+        holder = p.get("holder") or f"session-{session.id}"
+        with self._lock:
+            if "device" in p:
+                dev = self._lookup(p["device"])
+                lease = self.leases.holder_of(dev.bdf)
+                if lease is not None:
+                    raise ProtocolError(
+                        protocol.DEVICE_BUSY, f"{dev.bdf} is held by lease {lease.id}", req.id
+                    )
+                if not dev.available():
+                    raise ProtocolError(
+                        protocol.NOT_HEALTHY,
+                        f"{dev.bdf} is {dev.states.health}"
+                        + (f" ({dev.busy} running)" if dev.busy else "")
+                        + (" (being removed)" if dev.isolated else "")
+                        + "; only HEALTHY devices are allocated",
+                        req.id,
+                        {"state": dev.states.health, "busy": dev.busy},
+                    )
+                chosen = [dev]
+            else:
+                chosen = [
+                    d
+                    for _, d in sorted(self.devices.items())
+                    if d.available()
+                    and self.leases.holder_of(d.bdf) is None
+                    and _class_matches(d, p["class"])
+                ]
+                if len(chosen) < count:
+                    raise ProtocolError(
+                        protocol.INSUFFICIENT_DEVICES,
+                        f"{len(chosen)} HEALTHY free device(s) of class {p['class']!r}, "
+                        f"{count} asked",
+                        req.id,
+                        {"available": len(chosen)},
+                    )
+                chosen = chosen[:count]
+            checkpoints = {}
+            for dev in chosen:
+                checkpoints[dev.bdf] = procedures.config_intact(self.sysfs, dev.bdf, dev.info)
+                if not checkpoints[dev.bdf]["ok"]:
+                    self._apply_health(dev, "FAULTED", "allocate:checkpoint", checkpoints[dev.bdf])
+                    raise ProtocolError(
+                        protocol.NOT_HEALTHY,
+                        f"{dev.bdf} failed its checkpoint: {checkpoints[dev.bdf]['problems']}",
+                        req.id,
+                        {"state": "FAULTED"},
+                    )
+            lease = self.leases.grant(
+                holder, [d.bdf for d in chosen], time.monotonic_ns(), p.get("ttl_s")
+            )
+            for dev in chosen:
+                self._move_health(dev, "ALLOCATED", f"allocate:{lease.id}", checkpoints[dev.bdf])
+            self.emit("lease", {**lease.to_dict(), "action": "granted"})
+            return lease.to_dict()
+
+    def _m_renew(self, session: Session, req: protocol.Request) -> dict:
+        with self._lock:
+            lease = self.leases.renew(
+                req.params["lease"], time.monotonic_ns(), req.params.get("ttl_s")
+            )
+            for bdf in lease.devices:
+                dev = self.devices.get(bdf)
+                if dev and dev.states.main == "ALLOCATED":
+                    self.move_main(
+                        bdf, "RUNNING", f"renew:{lease.id}", {"name": "renew", "ok": True}
+                    )
+            self.emit("lease", {**lease.to_dict(), "action": "renewed"})
+            return lease.to_dict()
+
+    def _m_release(self, session: Session, req: protocol.Request) -> dict:
+        with self._lock:
+            lease = self.leases.release(req.params["lease"])
+            self.emit("lease", {**lease.to_dict(), "action": "released"})
+            for bdf in lease.devices:
+                dev = self.devices.get(bdf)
+                if dev and dev.states.health == "ALLOCATED":
+                    self._end_allocation(dev, f"release:{lease.id}")
+            return {**lease.to_dict(), "released": True}
+
+    def _m_leases(self, session: Session, req: protocol.Request) -> dict:
+        with self._lock:
+            return {
+                "leases": [lease.to_dict() for lease in self.leases.all()],
+                "now_ns": time.monotonic_ns(),
+            }
+
+    def _deferred(self, session: Session, req: protocol.Request):
+        def done(result: Any) -> None:
+            if isinstance(result, dict) and "internal_error" in result:
+                session.send(protocol.error(req.id, protocol.INTERNAL, result["internal_error"]))
+            else:
+                session.send(protocol.reply(req.id, result))
+
+        return done
+
+    def _m_remove(self, session: Session, req: protocol.Request):
+        with self._lock:
+            dev = self._lookup(req.params["device"])
+            if dev.busy or dev.leaving:
+                raise ProtocolError(
+                    protocol.DEVICE_BUSY, f"{dev.bdf}: {dev.busy or 'removal'} in progress", req.id
+                )
+            self._start_removal(dev, "request", self._deferred(session, req))
+        return SENT
+
+    def _m_reset(self, session: Session, req: protocol.Request):
+        with self._lock:
+            dev = self._lookup(req.params["device"])
+            if dev.busy or dev.leaving:
+                raise ProtocolError(
+                    protocol.DEVICE_BUSY, f"{dev.bdf}: {dev.busy or 'removal'} in progress", req.id
+                )
+            if self.leases.holder_of(dev.bdf) is not None:
+                if not req.params.get("force"):
+                    raise ProtocolError(
+                        protocol.DEVICE_BUSY, f"{dev.bdf} is allocated; pass force=true", req.id
+                    )
+                self._revoke(dev, "reset")
+            self._start(
+                dev,
+                "reset",
+                "request",
+                lambda run: procedures.reset_procedure(self, run, dev.info),
+                self._deferred(session, req),
+            )
+        return SENT
+
+    def _m_recover(self, session: Session, req: protocol.Request):
+        with self._lock:
+            dev = self._lookup(req.params["device"])
+            if dev.busy or dev.leaving:
+                raise ProtocolError(
+                    protocol.DEVICE_BUSY, f"{dev.bdf}: {dev.busy or 'removal'} in progress", req.id
+                )
+            state = dev.states.health
+            if state not in ("DEGRADED", "FAULTED"):
+                raise ProtocolError(
+                    protocol.INVALID_STATE,
+                    f"{dev.bdf} is {state}; recover needs DEGRADED or FAULTED",
+                    req.id,
+                    {"state": state},
+                )
+            self._start(
+                dev,
+                "recover",
+                "request",
+                lambda run: procedures.recover_procedure(
+                    self, run, dev.info, dev.hooks, state == "FAULTED"
+                ),
+                self._deferred(session, req),
+            )
+        return SENT
+
+    def _m_health_poll(self, session: Session, req: protocol.Request):
+        bdfs = [self._lookup(req.params["device"]).bdf] if "device" in req.params else None
+        done = self._deferred(session, req)
+        threading.Thread(
+            target=lambda: done({"devices": self.health_poll(bdfs, "health_poll:request")}),
+            name="health-poll",
+            daemon=True,
+        ).start()
+        return SENT
+
+    def _m_stats(self, session: Session, req: protocol.Request) -> dict:
+        with self._lock:
+            live_dropped = sum(s.dropped_total for s in self.sessions.values())
+            try:
+                fds = len(os.listdir("/proc/self/fd"))
+            except OSError:
+                fds = None
+            return {
+                "rss_kb": _rss_kb(),
+                "uptime_s": round((time.monotonic_ns() - self.started_ns) / 1e9, 3),
+                "events_emitted": self.stats_counts["events"],
+                "seq": self._seq,
+                "events_dropped": live_dropped + self.stats_counts["dropped_closed_sessions"],
+                "requests": self.stats_counts["requests"],
+                "errors": self.stats_counts["errors"],
+                "internal_errors": self.stats_counts["internal_errors"],
+                "sessions": len(self.sessions),
+                "devices": len(self.devices),
+                "leases": len(self.leases.all()),
+                "threads": threading.active_count(),
+                "open_fds": fds,
+                "topology_generation": self.generation,
+            }
+
+    def _m_shutdown(self, session: Session, req: protocol.Request) -> dict:
+        threading.Timer(0.05, self.request_stop, args=("shutdown request",)).start()
+        return {"stopping": True}
+
+
+def _class_matches(dev: Device, wanted: str) -> bool:
+    """A class by hex prefix ("0108"), hooks name ("nvme") or IDs ("1b36:0010", "10de:*")."""
+    wanted = wanted.lower()
+    info = dev.info
+    if wanted in (dev.hooks.name, info.ids, f"{info.vendor_id:04x}:*"):
+        return True
+    is_hex_prefix = wanted != "" and all(c in "0123456789abcdef" for c in wanted)
+    return is_hex_prefix and f"{info.class_code:06x}".startswith(wanted)
+
+
+def _kernel_event_concerns(ev: KernelEvent, dev: Device) -> bool:
+    """pciehp lines name the slot (and its port); AER lines the error source (device or port)."""
+    if ev.slot is not None:
+        return dev.info.slot == ev.slot and ev.port in (None, dev.port)
+    if ev.bdf is not None:
+        return ev.bdf in (dev.bdf, dev.port)
+    return ev.port is not None and ev.port in (dev.bdf, dev.port)
+
+
+def _rss_kb() -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+__all__ = ["Service", "Device", "IllegalTransition"]

@@ -1,0 +1,84 @@
+"""No QEMU or qemu-nbd outlives its owner: normal stop, Ctrl-C, and a killed worker."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hilconform.emulators.errors import InfrastructureError
+from hilconform.emulators.profile import load_profile
+from hilconform.emulators.vm import EmulatedVM
+
+OWNER_SCRIPT = """
+import json, sys, time
+from hilconform.emulators.profile import load_profile
+from hilconform.emulators.vm import EmulatedVM
+vm = EmulatedVM(load_profile("t4")).start()
+print(json.dumps({"pids": vm.pids, "folder": str(vm.layout.folder)}), flush=True)
+try:
+    time.sleep(600)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_gone(pids: list[int], timeout_s: float) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        left = [p for p in pids if _alive(p)]
+        if not left:
+            return []
+        time.sleep(0.1)
+    return [p for p in pids if _alive(p)]
+
+
+def test_stop_ends_every_process_and_removes_the_folder():
+    vm = EmulatedVM(load_profile("t4")).start()
+    pids, folder = vm.pids, vm.layout.folder
+    assert len(pids) == 3  # QEMU and two NBD queue backends
+    vm.stop()
+    assert _wait_gone(pids, 10) == []
+    assert not folder.exists()
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])
+def test_owner_death_ends_every_process(how):
+    owner = subprocess.Popen([sys.executable, "-c", OWNER_SCRIPT], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        line = owner.stdout.readline()
+        assert line, "the owner process did not start its VM"
+        started = json.loads(line)
+        assert all(_alive(p) for p in started["pids"])
+        owner.send_signal(how)
+        owner.wait(timeout=30)
+        assert _wait_gone(started["pids"], 15) == [], f"survivors after {how.name}"
+        if how == signal.SIGINT:
+            assert not Path(started["folder"]).exists()
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+
+
+def test_qemu_failing_to_start_leaves_nothing_running(monkeypatch, tmp_path):
+    monkeypatch.setenv("HILCONFORM_QEMU_SYSTEM_X86_64", "/bin/false")
+    vm = EmulatedVM(load_profile("t4"))
+    with pytest.raises(InfrastructureError, match="exited with status 1"):
+        vm.start()
+    pids = [b.process.pid for b in vm.queues.values()]
+    assert pids and _wait_gone(pids, 10) == []
+    assert not vm.layout.folder.exists()

@@ -1,0 +1,52 @@
+"""The QEMU command line follows the profile (no QEMU started)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hilconform.emulators.errors import InfrastructureError
+from hilconform.emulators.image import GuestImage
+from hilconform.emulators.layout import InstanceLayout
+from hilconform.emulators.profile import load_profile
+from hilconform.emulators.qemu_command import build_argv
+
+IMAGE = GuestImage(Path("/img/vmlinux"), Path("/img/initramfs.cpio"), Path("/img/rootfs.ext4"), "6.1")
+LAYOUT = InstanceLayout(Path("/tmp/hilc/x"))
+
+
+def _devices(argv):
+    return [json.loads(argv[i + 1]) for i, a in enumerate(argv) if a == "-device"]
+
+
+def test_a100_argv_has_ports_devices_and_no_defaults():
+    argv = build_argv("qemu", load_profile("a100"), IMAGE, LAYOUT)
+    assert "-nodefaults" in argv and "-S" in argv
+    assert argv[argv.index("-accel") + 1] == "tcg"
+    assert "ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off" in argv  # native pciehp
+    devices = _devices(argv)
+    ports = [d for d in devices if d["driver"] == "pcie-root-port"]
+    assert [(p["chassis"], p["slot"]) for p in ports] == [(i, i) for i in range(1, 7)]
+    assert {p["x-speed"] for p in ports} == {"16"}
+    nvmes = [d for d in devices if d["driver"] == "nvme"]
+    assert [n["bus"] for n in nvmes] == ["rp-gpu0", "rp-gpu1", "rp-gpu2", "rp-gpu3"]
+    assert len({n["serial"] for n in nvmes}) == 4  # distinct identities
+    blockdevs = [json.loads(argv[i + 1]) for i, a in enumerate(argv) if a == "-blockdev"]
+    assert {b["driver"] for b in blockdevs} == {"nbd"}
+
+
+def test_acpi_mode_keeps_the_acpi_default():
+    argv = build_argv("qemu", load_profile("a100").with_hotplug_mode("acpi"), IMAGE, LAYOUT)
+    assert not any("acpi-pci-hotplug" in a for a in argv)
+
+
+def test_fpga_uses_edu_without_queues():
+    devices = _devices(build_argv("qemu", load_profile("fpga"), IMAGE, LAYOUT))
+    assert [d["driver"] for d in devices if d.get("bus", "").startswith("rp-")] == ["edu", "edu"]
+
+
+def test_unknown_accelerator_is_refused():
+    with pytest.raises(InfrastructureError, match="unknown accelerator 'hvf'"):
+        build_argv("qemu", load_profile("t4"), IMAGE, LAYOUT, accel="hvf")
