@@ -110,9 +110,7 @@ def hooks_for(info: DeviceInfo, config: dict | None = None) -> ClassHooks:
     config = config or {}
     for key in config:
         if key not in _CONFIG_KEYS:
-            raise ValueError(
-                f"device classes: unknown key {key!r} (known: {', '.join(_CONFIG_KEYS)})"
-            )
+            raise ValueError(f"device classes: unknown key {key!r} (known: {', '.join(_CONFIG_KEYS)})")
     firmware = config.get("firmware", {})
     if not isinstance(firmware, dict):
         raise ValueError("device classes 'firmware' must be a table of 'vvvv:dddd' = 'version'")

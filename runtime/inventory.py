@@ -152,9 +152,7 @@ def _bars(resources: list[tuple[int, int, int]]) -> list[dict]:
     for index, (start, end, flags) in enumerate(resources[:6]):
         if not flags & (_IORESOURCE_IO | _IORESOURCE_MEM) or end <= start:
             continue
-        kind = (
-            "io" if flags & _IORESOURCE_IO else "mem64" if flags & _IORESOURCE_MEM_64 else "mem32"
-        )
+        kind = "io" if flags & _IORESOURCE_IO else "mem64" if flags & _IORESOURCE_MEM_64 else "mem32"
         bars.append(
             {
                 "index": index,
@@ -259,9 +257,7 @@ def unique_fingerprints(infos: list[DeviceInfo]) -> None:
             continue
         for info in group:
             where = f"{info.slot or ''}@{info.bdf}"
-            info.fingerprint = hashlib.sha256(f"{info.fingerprint}|{where}".encode()).hexdigest()[
-                :16
-            ]
+            info.fingerprint = hashlib.sha256(f"{info.fingerprint}|{where}".encode()).hexdigest()[:16]
             info.identity_basis += "+location"
 
 

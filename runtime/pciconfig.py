@@ -423,9 +423,7 @@ def _walk_extended(r: _Reader, problems: list[str]) -> tuple[Capability, ...]:
     while ptr:
         header = r.u32(ptr)
         if header is None:
-            problems.append(
-                f"extended capability at 0x{ptr:03x} is beyond the {len(r.raw)} bytes read"
-            )
+            problems.append(f"extended capability at 0x{ptr:03x} is beyond the {len(r.raw)} bytes read")
             break
         if header in (0, 0xFFFFFFFF):  # empty list (or a hole) ends the chain
             break
@@ -435,9 +433,7 @@ def _walk_extended(r: _Reader, problems: list[str]) -> tuple[Capability, ...]:
         seen.add(ptr)
         cap_id = header & 0xFFFF
         caps.append(
-            Capability(
-                cap_id, ptr, EXT_CAP_NAMES.get(cap_id, f"ext_{cap_id:04x}"), (header >> 16) & 0xF
-            )
+            Capability(cap_id, ptr, EXT_CAP_NAMES.get(cap_id, f"ext_{cap_id:04x}"), (header >> 16) & 0xF)
         )
         nxt = (header >> 20) & 0xFFC
         if nxt and nxt < LEGACY_SIZE:

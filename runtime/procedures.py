@@ -79,12 +79,12 @@ def config_intact(sysfs: Sysfs, bdf: str, info: DeviceInfo) -> dict:
     if not cs.present:
         problems.append("config space reads all ones")
     else:
-        programmed = {b.index: b.address for b in cs.bars}
+        programmed = {b.index: b.address for b in cs.bars}  # BARs reading 0 are left out
         for bar in info.bars:
             if (
                 str(bar.get("kind", "")).startswith("mem")
                 and bar.get("address")
-                and programmed.get(bar["index"]) == 0
+                and not programmed.get(bar["index"])
             ):
                 problems.append(f"BAR{bar['index']} cleared")
     index = memory_bar(info)

@@ -26,9 +26,7 @@ class Selector:
         object.__setattr__(self, "ids", tuple(i.lower() for i in self.ids))
         for c in self.classes:
             if not _CLASS_RE.match(c):
-                raise ValueError(
-                    f"selector 'classes': {c!r} is not a 2/4/6-digit hex class prefix or '*'"
-                )
+                raise ValueError(f"selector 'classes': {c!r} is not a 2/4/6-digit hex class prefix or '*'")
         for i in self.ids:
             if not _ID_RE.match(i):
                 raise ValueError(f"selector 'ids': {i!r} is not 'vvvv:dddd' (or 'vvvv:*') in hex")
@@ -57,7 +55,5 @@ class Selector:
                 raise ValueError(f"selector {key!r} must be a list of strings")
             values[key] = tuple(value)
         if not values["classes"] and not values["ids"]:
-            raise ValueError(
-                "selector: give 'classes' and/or 'ids' (an empty selector manages nothing)"
-            )
+            raise ValueError("selector: give 'classes' and/or 'ids' (an empty selector manages nothing)")
         return cls(**values)

@@ -487,7 +487,7 @@ class Service:
             if dev is None:
                 return
             dev.gone = True
-            self._revoke(dev, cause)
+            self._revoke(dev, cause, to_released=False)  # ALLOCATED -> REMOVED: it is gone
             self._move_health(dev, "REMOVED", cause, {"name": "removal", "ok": True})
             self.emit(
                 "removed", {"device": bdf, "cause": cause, "fingerprint": dev.info.fingerprint}

@@ -200,9 +200,7 @@ class Sysfs:
             dirnames[:] = [
                 d
                 for d in dirnames
-                if depth < _BLOCK_WALK_DEPTH
-                and not BDF_RE.match(d)
-                and d not in ("power", "msi_irqs")
+                if depth < _BLOCK_WALK_DEPTH and not BDF_RE.match(d) and d not in ("power", "msi_irqs")
             ]
         return found
 
@@ -251,9 +249,7 @@ def _write_text(path: str, value: str) -> None:
     try:
         os.write(fd, value.encode())
     except OSError as exc:
-        raise OSError(
-            exc.errno, f"writing {value!r} to {path} failed: {exc.strerror}", path
-        ) from None
+        raise OSError(exc.errno, f"writing {value!r} to {path} failed: {exc.strerror}", path) from None
     finally:
         os.close(fd)
 

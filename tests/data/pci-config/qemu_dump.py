@@ -70,9 +70,7 @@ def main(outdir: str) -> None:
             "q35-host-bridge-8086-29c0": (0, 0, 0),
         }
         for name, (b, d, f) in targets.items():
-            raw = b"".join(
-                read_dword(b, d, f, off).to_bytes(4, "little") for off in range(0, 4096, 4)
-            )
+            raw = b"".join(read_dword(b, d, f, off).to_bytes(4, "little") for off in range(0, 4096, 4))
             with open(os.path.join(outdir, f"qemu72-seabios-{name}.bin"), "wb") as out:
                 out.write(raw)
     finally:

@@ -160,9 +160,7 @@ class ConfigBuilder:
         pba_offset: int = 0x3000,
     ) -> int:
         ctrl = (table_size - 1) | int(enabled) << 15
-        return self.cap(
-            0x11, struct.pack("<HII", ctrl, table_offset | table_bar, pba_offset | pba_bar)
-        )
+        return self.cap(0x11, struct.pack("<HII", ctrl, table_offset | table_bar, pba_offset | pba_bar))
 
     def pcie(
         self,
@@ -191,9 +189,7 @@ class ConfigBuilder:
             )
             sltctl = int(slot.get("power_off", False)) << 10 | 0x20
             sltsta = int(slot.get("presence", True)) << 6 | int(slot.get("button_pressed", False))
-        body = struct.pack(
-            "<HIHHIHHIHH", flags, devcap, 0, 0, lnkcap, 0, lnksta, sltcap, sltctl, sltsta
-        )
+        body = struct.pack("<HIHHIHHIHH", flags, devcap, 0, 0, lnkcap, 0, lnksta, sltcap, sltctl, sltsta)
         return self.cap(0x10, body, length=0x3C)
 
     def aer(self) -> int:
@@ -249,15 +245,9 @@ def root_port_config(
     return b.build()
 
 
-def mem_bar(
-    start: int, size: int, mem64: bool = True, prefetch: bool = False
-) -> tuple[int, int, int]:
+def mem_bar(start: int, size: int, mem64: bool = True, prefetch: bool = False) -> tuple[int, int, int]:
     """One ``resource`` line for a memory BAR."""
-    flags = (
-        IORESOURCE_MEM
-        | (IORESOURCE_MEM_64 if mem64 else 0)
-        | (IORESOURCE_PREFETCH if prefetch else 0)
-    )
+    flags = IORESOURCE_MEM | (IORESOURCE_MEM_64 if mem64 else 0) | (IORESOURCE_PREFETCH if prefetch else 0)
     return (start, start + size - 1, flags)
 
 
@@ -319,8 +309,7 @@ class FakeSysfs:
         self._write_ids(dev, config)
         lines = list(resource or [])
         text = "".join(
-            f"0x{s:016x} 0x{e:016x} 0x{f:016x}\n"
-            for s, e, f in lines + [(0, 0, 0)] * (13 - len(lines))
+            f"0x{s:016x} 0x{e:016x} 0x{f:016x}\n" for s, e, f in lines + [(0, 0, 0)] * (13 - len(lines))
         )
         (dev / "resource").write_text(text)
         for index, (start, end, flags) in enumerate(lines[:6]):
@@ -383,9 +372,7 @@ class FakeSysfs:
             given = counts.get(category, {})
             values = {n: given.get(n, 0) for n in names}
             values[AER_TOTALS[category]] = given.get(AER_TOTALS[category], sum(values.values()))
-            (dev / f"aer_dev_{category}").write_text(
-                "".join(f"{n} {v}\n" for n, v in values.items())
-            )
+            (dev / f"aer_dev_{category}").write_text("".join(f"{n} {v}\n" for n, v in values.items()))
 
     # --- mutators ---------------------------------------------------------------
     def add_slot(self, name: str, address: str, power: bool = True) -> Path:

@@ -88,21 +88,40 @@ def test_policy_from_config_merges_weights():
     assert policy.weights == {"correctable": 0.0, "nonfatal": 1.0, "fatal": 5.0}
 
 
-@pytest.mark.parametrize(("record", "kind", "fields"), [
-    ("6,812,5012345,-;pcieport 0000:00:02.0: pciehp: Slot(1): Attention button pressed",
-     "attention_button", {"port": "0000:00:02.0", "slot": "1", "kmsg_ts_us": 5012345}),
-    ("6,813,5012400,-;pcieport 0000:00:02.0: pciehp: Slot(1): Powering off due to button press\n"
-     " SUBSYSTEM=pci\n DEVICE=+pci:0000:00:02.0", "button_power_off", {"slot": "1"}),
-    ("pcieport 0000:00:1c.0: pciehp: Slot(0-1): Button cancel", "button_cancel", {"slot": "0-1"}),
-    ("[   12.345678] pcieport 0000:00:02.0: AER: Uncorrected (Non-Fatal) error received: 0000:01:00.0",
-     "aer_error", {"bdf": "0000:01:00.0", "severity": "nonfatal"}),
-    ("pcieport 0000:00:02.0: AER: Multiple Uncorrected (Fatal) error message received from 0000:00:02.0",
-     "aer_error", {"bdf": "0000:00:02.0", "severity": "fatal"}),
-    ("pcieport 0000:00:02.0: AER: Corrected error received: 0000:01:00.0", "aer_error",
-     {"severity": "correctable"}),
-    ("nvme 0000:01:00.0: AER: device recovery successful", "aer_recovered", {"port": "0000:01:00.0"}),
-    ("pcieport 0000:00:02.0: AER: Root Port link has been reset", "link_reset", {}),
-])
+@pytest.mark.parametrize(
+    ("record", "kind", "fields"),
+    [
+        (
+            "6,812,5012345,-;pcieport 0000:00:02.0: pciehp: Slot(1): Attention button pressed",
+            "attention_button",
+            {"port": "0000:00:02.0", "slot": "1", "kmsg_ts_us": 5012345},
+        ),
+        (
+            "6,813,5012400,-;pcieport 0000:00:02.0: pciehp: Slot(1): Powering off due to button press\n"
+            " SUBSYSTEM=pci\n DEVICE=+pci:0000:00:02.0",
+            "button_power_off",
+            {"slot": "1"},
+        ),
+        ("pcieport 0000:00:1c.0: pciehp: Slot(0-1): Button cancel", "button_cancel", {"slot": "0-1"}),
+        (
+            "[   12.345678] pcieport 0000:00:02.0: AER: Uncorrected (Non-Fatal) error received: 0000:01:00.0",
+            "aer_error",
+            {"bdf": "0000:01:00.0", "severity": "nonfatal"},
+        ),
+        (
+            "pcieport 0000:00:02.0: AER: Multiple Uncorrected (Fatal) error message received from 0000:00:02.0",
+            "aer_error",
+            {"bdf": "0000:00:02.0", "severity": "fatal"},
+        ),
+        (
+            "pcieport 0000:00:02.0: AER: Corrected error received: 0000:01:00.0",
+            "aer_error",
+            {"severity": "correctable"},
+        ),
+        ("nvme 0000:01:00.0: AER: device recovery successful", "aer_recovered", {"port": "0000:01:00.0"}),
+        ("pcieport 0000:00:02.0: AER: Root Port link has been reset", "link_reset", {}),
+    ],
+)
 def test_kernel_lines(record, kind, fields):
     event = parse_record(record)
     assert event is not None and event.kind == kind

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from fakesysfs import ConfigBuilder, FakeSysfs, edu_config, mem_bar, nvme_config
+
 from hilconform.runtime.device_classes import (
     BlockHooks,
     ClassHooks,
@@ -95,9 +96,7 @@ def test_driverless_devices(fake):
 
 
 def test_block_and_nvidia_classes(fake, tmp_path):
-    fake.add_device(
-        "0000:04:00.0", ConfigBuilder(vendor=0x1AF4, device=0x1042, class_code=0x018000).build()
-    )
+    fake.add_device("0000:04:00.0", ConfigBuilder(vendor=0x1AF4, device=0x1042, class_code=0x018000).build())
     blk = describe(fake.sysfs, "0000:04:00.0")
     assert isinstance(hooks_for(blk), BlockHooks)
     assert hooks_for(blk).queue_depth(fake.sysfs, blk.bdf) is None  # no block device below
@@ -111,9 +110,7 @@ def test_block_and_nvidia_classes(fake, tmp_path):
     assert isinstance(hooks, NvidiaGpuHooks)
     proc = tmp_path / "proc/driver/nvidia/gpus/0000:05:00.0"
     proc.mkdir(parents=True)
-    (proc / "information").write_text(
-        "Model: \t\t NVIDIA A100-SXM4-40GB\nVideo BIOS: \t 92.00.45.00.05\n"
-    )
+    (proc / "information").write_text("Model: \t\t NVIDIA A100-SXM4-40GB\nVideo BIOS: \t 92.00.45.00.05\n")
     assert hooks.firmware_version(fake.sysfs, gpu.bdf, gpu) == "92.00.45.00.05"
 
 

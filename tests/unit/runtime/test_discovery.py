@@ -7,6 +7,7 @@ import time
 
 import pytest
 from fakesysfs import ConfigBuilder, FakeSysfs, edu_config, nvme_config, root_port_config
+
 from hilconform.runtime.discovery import (
     DiscoveryWatcher,
     PciChange,
@@ -68,13 +69,9 @@ def test_selector_from_config_rejects_bad_tables(table, message):
 def fake(tmp_path):
     f = FakeSysfs(tmp_path)
     f.add_device("0000:00:10.0", root_port_config())
-    f.add_device(
-        "0000:01:00.0", nvme_config(), parent="0000:00:10.0", nvme_serial="A", driver="nvme"
-    )
+    f.add_device("0000:01:00.0", nvme_config(), parent="0000:00:10.0", nvme_serial="A", driver="nvme")
     f.add_device("0000:00:05.0", edu_config())
-    f.add_device(
-        "0000:00:03.0", ConfigBuilder(vendor=0x1AF4, device=0x1041, class_code=0x020000).build()
-    )
+    f.add_device("0000:00:03.0", ConfigBuilder(vendor=0x1AF4, device=0x1041, class_code=0x020000).build())
     return f
 
 
@@ -253,8 +250,5 @@ def test_change_from_uevent_maps_pci_and_nvme_children():
         "CHILD_NAME": "nvme0",
     }
     assert (
-        change_from_uevent(
-            "add", "nvme", "nvme-fabrics", "/devices/virtual/misc/nvme-fabrics", {}, 7
-        )
-        is None
+        change_from_uevent("add", "nvme", "nvme-fabrics", "/devices/virtual/misc/nvme-fabrics", {}, 7) is None
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from fakesysfs import FakeSysfs, edu_config, io_bar, mem_bar, nvme_config, root_port_config
+
 from hilconform.runtime.inventory import (
     DeviceGone,
     IdentityRegistry,
@@ -56,6 +57,7 @@ def test_sysfs_attributes(fake):
     assert s.msi_irqs(NVME) == [24, 25]
     assert s.parent_bdf(NVME) == PORT and s.parent_bdf(PORT) is None
     assert len(s.read_config(NVME)) == 4096
+    assert s.read_config(NVME, full=True) == (DUMPS / "qemu72-seabios-nvme-1b36-0010.bin").read_bytes()
 
 
 def test_sysfs_writes_and_errors_name_the_path(fake):
@@ -156,9 +158,7 @@ def test_describe_lost_config_keeps_identity_from_cache_and_previous(fake):
     fake.lose_config(NVME)
     after = describe(fake.sysfs, NVME, previous=before)
     assert after.config_present is False
-    assert (
-        after.ids == "1b36:0010" and after.class_code == 0x010802
-    )  # from the kernel's cached attributes
+    assert after.ids == "1b36:0010" and after.class_code == 0x010802  # from the kernel's cached attributes
     assert after.capabilities["pcie"] is False and after.link == {}
     assert after.fingerprint == before.fingerprint
     assert fake.sysfs.read_mmio(NVME, 0) == b"\xff\xff\xff\xff"
@@ -265,9 +265,7 @@ def test_serial_appearing_after_bind_is_not_a_change(tmp_path):
     assert early.identity_basis == "location"
     assert reg.observe(early) is False
     assert reg.observe(_nvme_in_slot(tmp_path, "SN-1", "b")) is False
-    assert (
-        reg.observe(_nvme_in_slot(tmp_path, None, "c", driver_bound=False)) is False
-    )  # unbound again
+    assert reg.observe(_nvme_in_slot(tmp_path, None, "c", driver_bound=False)) is False  # unbound again
     assert reg.observe(_nvme_in_slot(tmp_path, "SN-9", "d")) is True
 
 

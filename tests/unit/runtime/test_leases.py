@@ -61,9 +61,14 @@ def test_bad_ttl_refused(ttl):
     assert err.value.code == "INVALID_PARAMS"
 
 
-ops = st.lists(st.tuples(st.sampled_from(["grant", "renew", "release", "revoke", "tick"]),
-                         st.lists(st.sampled_from("ABCD"), min_size=1, max_size=3, unique=True),
-                         st.integers(0, 5)), max_size=60)
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["grant", "renew", "release", "revoke", "tick"]),
+        st.lists(st.sampled_from("ABCD"), min_size=1, max_size=3, unique=True),
+        st.integers(0, 5),
+    ),
+    max_size=60,
+)
 
 
 @settings(max_examples=200, deadline=None)

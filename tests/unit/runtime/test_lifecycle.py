@@ -11,12 +11,19 @@ TABLE = TransitionTable.load()
 
 # The clause's moves (CLAUSES.md "Runtime states"), which the table must contain.
 CLAUSE_HEALTH = [
-    ("DISCOVERED", "HEALTHY"), ("HEALTHY", "ALLOCATED"), ("ALLOCATED", "RELEASED"),
-    ("RELEASED", "HEALTHY"), ("HEALTHY", "DEGRADED"), ("DEGRADED", "HEALTHY"), ("DEGRADED", "FAULTED"),
+    ("DISCOVERED", "HEALTHY"),
+    ("HEALTHY", "ALLOCATED"),
+    ("ALLOCATED", "RELEASED"),
+    ("RELEASED", "HEALTHY"),
+    ("HEALTHY", "DEGRADED"),
+    ("DEGRADED", "HEALTHY"),
+    ("DEGRADED", "FAULTED"),
 ]
 CLAUSE_MAIN = [
-    ("POWER_OFF", "FIRMWARE_LOADED"), ("FIRMWARE_LOADED", "INITIALIZED"),
-    ("INITIALIZED", "ALLOCATED"), ("ALLOCATED", "RUNNING"),
+    ("POWER_OFF", "FIRMWARE_LOADED"),
+    ("FIRMWARE_LOADED", "INITIALIZED"),
+    ("INITIALIZED", "ALLOCATED"),
+    ("ALLOCATED", "RUNNING"),
 ]
 
 
@@ -82,7 +89,9 @@ def test_health_move_carries_its_main_move():
     cell.move("main", "FIRMWARE_LOADED", "fw", {"name": "fw", "ok": True})
     moves = cell.move_health("HEALTHY", "hot_add", {"name": "config_intact", "ok": True})
     assert [(m.view, m.frm, m.to) for m in moves] == [
-        ("health", "DISCOVERED", "HEALTHY"), ("main", "FIRMWARE_LOADED", "INITIALIZED")]
+        ("health", "DISCOVERED", "HEALTHY"),
+        ("main", "FIRMWARE_LOADED", "INITIALIZED"),
+    ]
     moves = cell.move_health("FAULTED", "aer", {"name": "aer", "ok": False})
     assert [(m.view, m.to) for m in moves] == [("health", "FAULTED"), ("main", "ERROR")]
     event = moves[0].to_dict()

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 from fakesysfs import ConfigBuilder, edu_config, nvme_config, root_port_config
-from hilconform.runtime.pciconfig import parse_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from hilconform.runtime.pciconfig import parse_config, sparse_config
 
 DUMPS = Path(__file__).resolve().parents[2] / "data" / "pci-config"
 EXPECTED = tomllib.loads((DUMPS / "expected.toml").read_text())
@@ -101,6 +102,26 @@ def test_dump_read_unprivileged_or_truncated(name):
     assert header.capabilities == ()
 
 
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_sparse_read_parses_like_the_full_dump(name):
+    raw = (DUMPS / name).read_bytes()
+    reads = []
+
+    def read_at(offset, size):
+        reads.append(size)
+        return raw[offset : offset + size]
+
+    sparse = sparse_config(raw[:256], read_at)
+    assert parse_config(sparse) == parse_config(raw)
+    assert sum(reads) <= 64  # a few headers, not the 3840 bytes of extended space
+
+
+def test_sparse_read_stops_when_the_extended_space_is_unreadable():
+    raw = nvme_config(serial=9)
+    assert sparse_config(raw[:256], lambda offset, size: b"") == raw[:256]
+    assert sparse_config(b"\xff" * 256, lambda offset, size: 1 / 0) == b"\xff" * 256
+
+
 # --- hand-built layouts ------------------------------------------------------------
 def test_header_fields():
     b = ConfigBuilder(
@@ -156,11 +177,7 @@ def test_root_port_slot_and_dll_link_active():
     c = parse_config(root_port_config(slot_number=7, dll_active=True))
     p = c.pcie
     assert p.port_type == "root_port" and p.slot_implemented
-    assert (
-        p.slot_caps["number"] == 7
-        and p.slot_caps["hot_plug_capable"]
-        and p.slot_caps["attention_button"]
-    )
+    assert p.slot_caps["number"] == 7 and p.slot_caps["hot_plug_capable"] and p.slot_caps["attention_button"]
     assert p.slot_status["presence_detect"] and p.slot_control["hot_plug_interrupt_enable"]
     assert p.dll_link_active and p.dll_link_active_reporting
     assert c.header_type == 1 and c.subsystem_vendor_id is None and c.aer
@@ -171,9 +188,7 @@ def test_root_port_slot_and_dll_link_active():
 def test_msi_and_msix():
     b = ConfigBuilder()
     b.msi(enabled=True, vectors_log2=3, enabled_log2=2)
-    b.msix(
-        table_size=65, enabled=True, table_bar=4, table_offset=0x2000, pba_bar=4, pba_offset=0x3000
-    )
+    b.msix(table_size=65, enabled=True, table_bar=4, table_offset=0x2000, pba_bar=4, pba_offset=0x3000)
     c = parse_config(b.build())
     assert (c.msi.enabled, c.msi.vectors, c.msi.vectors_enabled, c.msi.is_64bit) == (
         True,

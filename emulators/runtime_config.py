@@ -1,0 +1,51 @@
+"""The runtime configuration an emulated host hands its guest.
+
+Derived from the host profile (which devices to manage, the firmware the
+stand-ins report, the drain and lease budgets), written as TOML into the VM's
+`hilconform_run` share, where the guest init finds it and starts the runtime.
+Keys are those of runtime/default-config.toml.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .profile import HostProfile
+from .qemu_command import RUNTIME_PORT_NAME
+
+GUEST_IDENTITY_STORE = "/run/hilconform/identities.json"
+
+
+def _toml_value(value) -> str:
+    # JSON strings, numbers, booleans and lists of them are valid TOML values.
+    return json.dumps(value)
+
+
+def runtime_config_for(profile: HostProfile, overrides: dict | None = None) -> str:
+    stand_ins = {profile.kind(s.device if s.populated else s.accepts) for s in profile.slots}
+    firmware = {}
+    for slot in profile.slots:
+        kind = profile.kind(slot.device if slot.populated else slot.accepts)
+        if slot.firmware_version:
+            firmware.setdefault(f"{kind.vendor}:{kind.device}", slot.firmware_version)
+    top = {
+        "name": "hilconform-reference",
+        "transport": f"virtio-serial:/dev/virtio-ports/{RUNTIME_PORT_NAME}",
+        "identity_store": GUEST_IDENTITY_STORE,
+        "drain_timeout_ms": int(profile.budgets.get("drain_timeout_ms", 300)),
+        "lease_ttl_s": float(profile.budgets.get("lease_ttl_s", 30)),
+    }
+    top.update(overrides or {})
+    lines = ["# Written by hilconform.emulators.runtime_config for profile "
+             f"{profile.name!r}; do not edit by hand."]
+    lines += [f"{key} = {_toml_value(value)}" for key, value in top.items()]
+    lines += ["", "[selector]",
+              f"classes = {_toml_value(list(profile.select_classes))}",
+              f"ids = {_toml_value(list(profile.select_ids))}"]
+    lines += ["", "[firmware]"]
+    lines += [f"{_toml_value(ids)} = {_toml_value(version)}" for ids, version in firmware.items()]
+    driverless = sorted(f"{k.vendor}:{k.device}" for k in stand_ins if k.queue == "none")
+    lines += ["", "[hooks]",
+              f"firmware = {{ {', '.join(f'{_toml_value(i)} = {_toml_value(v)}' for i, v in firmware.items())} }}",
+              f"driverless = {_toml_value(driverless)}"]
+    return "\n".join(lines) + "\n"
