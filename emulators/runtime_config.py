@@ -45,7 +45,6 @@ def runtime_config_for(profile: HostProfile, overrides: dict | None = None) -> s
     lines += ["", "[firmware]"]
     lines += [f"{_toml_value(ids)} = {_toml_value(version)}" for ids, version in firmware.items()]
     driverless = sorted(f"{k.vendor}:{k.device}" for k in stand_ins if k.queue == "none")
-    lines += ["", "[hooks]",
-              f"firmware = {{ {', '.join(f'{_toml_value(i)} = {_toml_value(v)}' for i, v in firmware.items())} }}",
-              f"driverless = {_toml_value(driverless)}"]
+    reported = ", ".join(f"{_toml_value(i)} = {_toml_value(v)}" for i, v in firmware.items())
+    lines += ["", "[hooks]", f"firmware = {{ {reported} }}", f"driverless = {_toml_value(driverless)}"]
     return "\n".join(lines) + "\n"
