@@ -289,9 +289,11 @@ class IdentityRegistry:
     def observe(self, info: DeviceInfo) -> bool:
         """Record ``info``; True when a different identity was seen at its location before.
 
-        Not a change: the first sighting, a device whose config is lost (its
-        DSN is unreadable), or a stronger/weaker basis for the same IDs (an
-        nvme serial that appears once the driver binds).
+        A change: other IDs, or another DSN/serial, at the location. Not a
+        change: the first sighting, a device whose config is lost (its DSN is
+        unreadable), a stronger/weaker basis for the same IDs (an nvme serial
+        that appears once the driver binds), or a device without DSN/serial
+        whose BDF moved within its slot.
         """
         if not info.config_present:
             return False
@@ -302,18 +304,19 @@ class IdentityRegistry:
             "ids": _full_ids(info),
         }
         old = self._seen.get(key)
-        changed = False
         if old is None:
             self._record(key, new)
-        elif old.get("ids") != new["ids"]:
+            return False
+        old_rank = _BASIS_RANK.get(str(old.get("basis")).split("+")[0], 0)
+        new_rank = _BASIS_RANK.get(new["basis"].split("+")[0], 0)
+        if old.get("ids") != new["ids"]:
             changed = True
         elif old.get("basis") == new["basis"]:
-            changed = old.get("fingerprint") != new["fingerprint"]
-        elif _BASIS_RANK.get(new["basis"].split("+")[0], 0) > _BASIS_RANK.get(
-            str(old.get("basis")).split("+")[0], 0
-        ):
-            self._record(key, new)
-        if changed:
+            # two location identities differ only by bus numbering: no evidence of another device
+            changed = new_rank > 0 and old.get("fingerprint") != new["fingerprint"]
+        else:
+            changed = False
+        if changed or old.get("basis") == new["basis"] or new_rank > old_rank:
             self._record(key, new)
         return changed
 

@@ -281,6 +281,14 @@ def test_other_model_in_the_slot_is_a_change_and_forget_clears(tmp_path):
     assert reg.observe(nvme) is False  # after an orderly removal a new device is not a change
 
 
+def test_renumbered_bus_without_serial_is_not_a_change(tmp_path):
+    reg = IdentityRegistry()
+    for name, bdf in (("a", "0000:04:00.0"), ("b", "0000:05:00.0")):
+        fake = FakeSysfs(tmp_path / name)
+        fake.add_device(bdf, edu_config(), slot="4")
+        assert reg.observe(describe(fake.sysfs, bdf)) is False
+
+
 def test_lost_config_is_not_an_identity_change(tmp_path, fake):
     reg = IdentityRegistry()
     reg.observe(describe(fake.sysfs, NVME))
