@@ -7,6 +7,7 @@ config (the message names the file and the key), 1 when it cannot start.
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 
@@ -18,6 +19,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="runtime TOML (keys: runtime/default-config.toml)")
     parser.add_argument("--check-config", action="store_true", help="validate the config and exit")
     args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s hilconform-runtime %(levelname)s %(message)s",
+    )
     try:
         cfg = load(args.config)
     except ConfigError as exc:

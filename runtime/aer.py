@@ -66,9 +66,7 @@ class AerPolicy:
     reset_weight: float = 6.0
     fault_weight: float = 10.0
     reset_cooldown_s: float = 5.0
-    weights: dict = field(
-        default_factory=lambda: {"correctable": 0.0, "nonfatal": 1.0, "fatal": 2.0}
-    )
+    weights: dict = field(default_factory=lambda: {"correctable": 0.0, "nonfatal": 1.0, "fatal": 2.0})
 
     @classmethod
     def from_config(cls, table: dict) -> AerPolicy:
@@ -137,14 +135,10 @@ class DeviceAer:
             worse("FAULTED", f"error weight {weight:.2f} >= fault_weight {p.fault_weight:g}")
         elif weight >= p.degrade_weight:
             worse("DEGRADED", f"error weight {weight:.2f} >= degrade_weight {p.degrade_weight:g}")
-        cooled = (
-            self.last_reset_ns is None or now_ns - self.last_reset_ns >= p.reset_cooldown_s * 1e9
-        )
+        cooled = self.last_reset_ns is None or now_ns - self.last_reset_ns >= p.reset_cooldown_s * 1e9
         reset = weight >= p.reset_weight and cooled and health != "FAULTED"
         if reset:
-            reasons.append(
-                f"error weight {weight:.2f} >= reset_weight {p.reset_weight:g}: sustained rate"
-            )
+            reasons.append(f"error weight {weight:.2f} >= reset_weight {p.reset_weight:g}: sustained rate")
         return Verdict(health, reset, round(weight, 4), tuple(reasons))
 
     def note_reset(self, now_ns: int) -> None:

@@ -97,9 +97,7 @@ def _merge(defaults: dict, given: dict, path: str, prefix: str = "") -> dict:
             out[key] = _merge(default, value, path, f"{name}.")
             continue
         if default is not None and not _same_type(default, value):
-            raise ConfigError(
-                path, name, f"must be {type(default).__name__}, got {type(value).__name__}"
-            )
+            raise ConfigError(path, name, f"must be {type(default).__name__}, got {type(value).__name__}")
         out[key] = float(value) if isinstance(default, float) else value
     return out
 
@@ -118,9 +116,7 @@ def _check(data: dict, path: str) -> None:
             raise ConfigError(path, key, "must be > 0")
     kind, _, where = data["transport"].partition(":")
     if kind not in ("unix", "virtio-serial") or not where:
-        raise ConfigError(
-            path, "transport", 'must be "unix:/path" or "virtio-serial:/dev/virtio-ports/NAME"'
-        )
+        raise ConfigError(path, "transport", 'must be "unix:/path" or "virtio-serial:/dev/virtio-ports/NAME"')
     if kind == "unix" and len(where.encode()) > 107:
         raise ConfigError(path, "transport", "unix socket path longer than 107 bytes")
     if data["bus_master_off"] not in ("before_drain", "after_drain"):
@@ -143,18 +139,14 @@ def _check(data: dict, path: str) -> None:
             isinstance(version, str)
             or (isinstance(version, list) and all(isinstance(v, str) for v in version))
         ):
-            raise ConfigError(
-                path, f"firmware.{dev_id}", "must be a version string or a list of them"
-            )
+            raise ConfigError(path, f"firmware.{dev_id}", "must be a version string or a list of them")
     hooks = data["hooks"]
     for key, value in hooks.items():
         if key == "firmware" and not (
             isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
         ):
             raise ConfigError(path, "hooks.firmware", 'must be a table of "vvvv:dddd" = "version"')
-        elif key == "driverless" and not (
-            isinstance(value, list) and all(isinstance(v, str) for v in value)
-        ):
+        elif key == "driverless" and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise ConfigError(path, "hooks.driverless", 'must be a list of "vvvv:dddd"')
         elif key not in ("firmware", "driverless"):
             raise ConfigError(path, f"hooks.{key}", "unknown key (known: firmware, driverless)")

@@ -9,14 +9,15 @@ source device at once, before counters are polled.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
 import select
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+log = logging.getLogger("hilconform.runtime")
 _BDF = r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
 _PREFIX = rf"^(?:\S+ )?(?P<port>{_BDF}): (?:pciehp: )?"
 _SLOT = r"Slot\((?P<slot>[^)]+)\):?"
@@ -108,9 +109,7 @@ class KernelLogFollower:
     followed like ``tail -f`` (used by tests and for replaying a saved log).
     """
 
-    def __init__(
-        self, path: str, on_event: Callable[[KernelEvent], None], from_start: bool = False
-    ):
+    def __init__(self, path: str, on_event: Callable[[KernelEvent], None], from_start: bool = False):
         self.path = path
         self.on_event = on_event
         self.from_start = from_start
@@ -124,9 +123,7 @@ class KernelLogFollower:
             if not self.from_start:
                 os.lseek(self._fd, 0, os.SEEK_END)
         except OSError as exc:
-            print(
-                f"hilconform-runtime: kernel log {self.path} not followed: {exc}", file=sys.stderr
-            )
+            log.warning(f"kernel log {self.path} not followed: {exc}")
             return False
         self._thread = threading.Thread(target=self._run, name="kernel-log", daemon=True)
         self._thread.start()
@@ -156,7 +153,7 @@ class KernelLogFollower:
             except OSError as exc:
                 if exc.errno == errno.EPIPE:  # records overwritten before we read them
                     continue
-                print(f"hilconform-runtime: kernel log read failed: {exc}", file=sys.stderr)
+                log.warning(f"kernel log read failed: {exc}")
                 return
             if not chunk:
                 self._stop.wait(0.05)
@@ -171,7 +168,4 @@ class KernelLogFollower:
                     try:
                         self.on_event(event)
                     except Exception as exc:  # never let a handler kill the follower
-                        print(
-                            f"hilconform-runtime: kernel log handler failed: {exc!r}",
-                            file=sys.stderr,
-                        )
+                        log.warning(f"kernel log handler failed: {exc!r}")

@@ -53,9 +53,7 @@ class LeaseTable:
         if ttl_s is None:
             return self.default_ttl_ns
         if not 0 < ttl_s * 1e9 <= self.max_ttl_ns:
-            raise LeaseError(
-                "INVALID_PARAMS", f"ttl_s must be > 0 and <= {self.max_ttl_ns / 1e9:g}"
-            )
+            raise LeaseError("INVALID_PARAMS", f"ttl_s must be > 0 and <= {self.max_ttl_ns / 1e9:g}")
         return int(ttl_s * 1e9)
 
     def holder_of(self, device: str) -> Lease | None:
@@ -68,9 +66,7 @@ class LeaseTable:
             raise LeaseError("UNKNOWN_LEASE", f"no lease {lease_id!r}")
         return lease
 
-    def grant(
-        self, holder: str, devices: list[str], now_ns: int, ttl_s: float | None = None
-    ) -> Lease:
+    def grant(self, holder: str, devices: list[str], now_ns: int, ttl_s: float | None = None) -> Lease:
         if not devices or len(set(devices)) != len(devices):
             raise LeaseError("INVALID_PARAMS", "a lease needs distinct devices")
         ttl = self._ttl_ns(ttl_s)

@@ -133,18 +133,14 @@ class DeviceStates:
         self.health = table.initial("health")
         self.main = table.initial("main")
 
-    def move(
-        self, view: str, to: str, cause: str, checkpoint: dict, ts_ns: int | None = None
-    ) -> Transition:
+    def move(self, view: str, to: str, cause: str, checkpoint: dict, ts_ns: int | None = None) -> Transition:
         frm = self.health if view == "health" else self.main
         self.table.check(view, frm, to)
         if view == "health":
             self.health = to
         else:
             self.main = to
-        return Transition(
-            self.device, view, frm, to, cause, checkpoint, ts_ns or time.monotonic_ns()
-        )
+        return Transition(self.device, view, frm, to, cause, checkpoint, ts_ns or time.monotonic_ns())
 
     def move_health(self, to: str, cause: str, checkpoint: dict) -> list[Transition]:
         """Health move plus the main-view move the table combines with it (if legal now)."""

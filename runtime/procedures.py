@@ -174,6 +174,8 @@ def hot_add(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> bool:
         index = memory_bar(info)
         if index is None:
             return True, {"skipped": "no memory BAR"}, True
+        if not os.path.exists(sysfs.device_path(bdf, f"resource{index}")):
+            return True, {"bar": index, "skipped": f"BAR{index} has no resource{index} file in sysfs"}, True
         data = sysfs.read_mmio(bdf, index, 0, 4)
         if data is None:
             return False, {"bar": index, "error": f"BAR{index} not readable"}, False
@@ -216,9 +218,7 @@ def hot_add(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> bool:
     checkpoint = config_intact(sysfs, bdf, info)
     joined = host.join_pool(bdf, f"hot_add:{run.entry}", checkpoint)
     host.step(run, "join_pool", "ok" if joined else "failed", **checkpoint)
-    host.step(
-        run, "end", "ok" if joined else "failed", **({} if joined else {"failed_step": "join_pool"})
-    )
+    host.step(run, "end", "ok" if joined else "failed", **({} if joined else {"failed_step": "join_pool"}))
     return joined
 
 
@@ -254,9 +254,7 @@ class ResetWorker:
             self.sysfs.write_attr(self.bdf, "reset", "1")
             outcome = {"outcome": "ok"}
         except OSError as exc:
-            kind = (
-                "unsupported" if exc.errno in (2, 25, 95) else "error"
-            )  # ENOENT, ENOTTY, EOPNOTSUPP
+            kind = "unsupported" if exc.errno in (2, 25, 95) else "error"  # ENOENT, ENOTTY, EOPNOTSUPP
             outcome = {"outcome": kind, "error": str(exc)}
         outcome.update(
             methods=self.methods, duration_ms=round((time.monotonic_ns() - self._start_ns) / 1e6, 3)
@@ -328,9 +326,7 @@ def reset_procedure(host: Host, run: Run, info: DeviceInfo) -> dict:
     return result
 
 
-def recover_procedure(
-    host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks, faulted: bool
-) -> dict:
+def recover_procedure(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks, faulted: bool) -> dict:
     """``recover``: DEGRADED -> HEALTHY after a checkpoint; FAULTED needs a reset and the
     full hot-add self-check first."""
     host.step(run, "begin", "started", entry=run.entry, faulted=faulted)

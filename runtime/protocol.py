@@ -120,9 +120,9 @@ class Request:
 
 def encode(message: dict) -> bytes:
     """One JSON line (ASCII only, so any transport carries it)."""
-    return (
-        json.dumps(message, separators=(",", ":"), ensure_ascii=True, allow_nan=False) + "\n"
-    ).encode("ascii")
+    return (json.dumps(message, separators=(",", ":"), ensure_ascii=True, allow_nan=False) + "\n").encode(
+        "ascii"
+    )
 
 
 def request(req_id: int | str, method: str, params: dict | None = None) -> dict:
@@ -198,9 +198,7 @@ def decode_request(line: bytes | str) -> Request:
         raise ProtocolError(INVALID_REQUEST, "method must be a string", req_id)
     extra = set(obj) - {"v", "id", "method", "params"}
     if extra:
-        raise ProtocolError(
-            INVALID_REQUEST, f"unknown request field(s): {sorted(extra)[:5]}", req_id
-        )
+        raise ProtocolError(INVALID_REQUEST, f"unknown request field(s): {sorted(extra)[:5]}", req_id)
     spec = METHODS.get(method)
     if spec is None:
         raise ProtocolError(UNKNOWN_METHOD, f"unknown method {method[:64]!r}", req_id)
@@ -211,9 +209,7 @@ def decode_request(line: bytes | str) -> Request:
         raise ProtocolError(INVALID_PARAMS, "params must be an object", req_id)
     for name, value in params.items():
         if name not in spec:
-            raise ProtocolError(
-                INVALID_PARAMS, f"{method}: unknown param {str(name)[:64]!r}", req_id
-            )
+            raise ProtocolError(INVALID_PARAMS, f"{method}: unknown param {str(name)[:64]!r}", req_id)
         types, _required = spec[name]
         if not _type_ok(value, types):
             raise ProtocolError(

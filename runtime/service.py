@@ -10,8 +10,8 @@ reset, power-off) runs on a worker without the lock (see procedures.py).
 from __future__ import annotations
 
 import itertools
+import logging
 import os
-import sys
 import threading
 import time
 import traceback
@@ -38,8 +38,11 @@ RECOVERY_GRACE_NS = 10_000_000_000  # config may read all ones while the kernel 
 SENT = object()  # a handler already replied (or will reply from a worker)
 
 
+_log = logging.getLogger("hilconform.runtime")
+
+
 def log(msg: str) -> None:
-    print(f"hilconform-runtime: {msg}", file=sys.stderr, flush=True)
+    _log.info(msg)
 
 
 class Device:
@@ -65,6 +68,7 @@ class Device:
         self.pending_health: str | None = None  # a worse health seen during the self-check
         self.pending_removal: str | None = None  # attention button while another procedure ran
         self.last_checkpoint: dict | None = None
+        self.identity_changed = False  # DISC-05: a different device appeared at this location
         self.last_cause = "discovered"
         self.since_ns = time.monotonic_ns()
 
@@ -187,9 +191,7 @@ class Service:
             self.history.append((self._seq, name, raw))
             self.stats_counts["events"] += 1
             for session in self.sessions.values():
-                if session.subscribed and (
-                    session.event_filter is None or name in session.event_filter
-                ):
+                if session.subscribed and (session.event_filter is None or name in session.event_filter):
                     session.send_raw(raw, droppable=True)
             return msg
 
@@ -264,7 +266,7 @@ class Service:
             self._error(session, req_id, exc.code, str(exc))
         except Exception as exc:  # noqa: BLE001 - the runtime keeps serving
             self.stats_counts["internal_errors"] += 1
-            log(f"internal error on {line[:200]!r}: {exc!r}\n{traceback.format_exc()}")
+            _log.error(f"internal error on {line[:200]!r}: {exc!r}\n{traceback.format_exc()}")
             self._error(session, req_id, protocol.INTERNAL, f"internal error: {exc!r}"[:300])
 
     def _error(
@@ -294,18 +296,14 @@ class Service:
             log(f"{info.bdf}: hooks config: {exc}; generic hooks used")
             hooks = ClassHooks()
         port = self.sysfs.parent_bdf(info.bdf)
-        baselines = {
-            src: totals(self.sysfs.aer_counters(src)) for src in filter(None, (info.bdf, port))
-        }
+        baselines = {src: totals(self.sysfs.aer_counters(src)) for src in filter(None, (info.bdf, port))}
         with self._lock:
             old = self.devices.get(info.bdf)
             if old is not None and not old.gone:
                 return  # already known (an add racing the boot enumeration)
             known = self._known_sources()
             for src, current in baselines.items():
-                if (
-                    src == info.bdf or src not in known
-                ):  # a port shared with a sibling keeps its baseline
+                if src == info.bdf or src not in known:  # a port shared with a sibling keeps its baseline
                     self._counter.baseline(src, current)
             dev = Device(info, hooks, self.table, DeviceAer(self.policy), port)
             self.devices[info.bdf] = dev
@@ -322,6 +320,7 @@ class Service:
                 },
             )
             if self.identities.observe(info):
+                dev.identity_changed = True
                 self.emit(
                     "identity_changed",
                     {
@@ -330,21 +329,15 @@ class Service:
                         "fingerprint": info.fingerprint,
                     },
                 )
-            self._start(
-                dev, "hot_add", cause, lambda run: procedures.hot_add(self, run, info, hooks)
-            )
+            self._start(dev, "hot_add", cause, lambda run: procedures.hot_add(self, run, info, hooks))
 
     def _known_sources(self) -> set[str]:
-        return {d.bdf for d in self.devices.values()} | {
-            d.port for d in self.devices.values() if d.port
-        }
+        return {d.bdf for d in self.devices.values()} | {d.port for d in self.devices.values() if d.port}
 
     def _start(self, dev: Device, name: str, entry: str, work, on_done=None):
         """Run a procedure on a worker thread; one procedure per device at a time (lock held)."""
         dev.busy = name
-        run = procedures.Run(
-            name, f"{name}-{next(self._runs)}", dev.bdf, entry, time.monotonic_ns()
-        )
+        run = procedures.Run(name, f"{name}-{next(self._runs)}", dev.bdf, entry, time.monotonic_ns())
 
         def body() -> None:
             result: Any = None
@@ -352,7 +345,7 @@ class Service:
                 result = work(run)
             except Exception as exc:  # noqa: BLE001
                 self.stats_counts["internal_errors"] += 1
-                log(f"{run.run_id} failed: {exc!r}\n{traceback.format_exc()}")
+                _log.error(f"{run.run_id} failed: {exc!r}\n{traceback.format_exc()}")
                 result = {"internal_error": f"{exc!r}"[:300]}
                 self.step(run, "end", "failed", error=result["internal_error"])
             finally:
@@ -415,6 +408,7 @@ class Service:
             if not checkpoint["ok"]:
                 self._move_health(dev, "FAULTED", f"{cause}:checkpoint", checkpoint)
                 return False
+            dev.busy = None  # HEALTHY must mean allocatable at once
             self._move_health(dev, "HEALTHY", cause, checkpoint)
             if dev.pending_health:
                 self._apply_health(dev, dev.pending_health, "aer:during_self_check", checkpoint)
@@ -451,13 +445,9 @@ class Service:
             "deallocate",
             {"device": dev.bdf, "lease": lease.id, "holder": lease.holder, "reason": reason},
         )
-        self.emit(
-            "lease", {**lease.to_dict(), "action": "revoked", "device": dev.bdf, "reason": reason}
-        )
+        self.emit("lease", {**lease.to_dict(), "action": "revoked", "device": dev.bdf, "reason": reason})
         if to_released and dev.states.health == "ALLOCATED":
-            self._move_health(
-                dev, "RELEASED", f"deallocate:{reason}", {"name": "deallocate", "ok": True}
-            )
+            self._move_health(dev, "RELEASED", f"deallocate:{reason}", {"name": "deallocate", "ok": True})
         return [{"lease": lease.id, "holder": lease.holder}]
 
     def deallocate(self, bdf: str, reason: str) -> list[dict]:
@@ -476,9 +466,7 @@ class Service:
     def _topology(self, cause: str, **extra: Any) -> dict:
         self.generation += 1
         devices = sorted(b for b, d in self.devices.items() if not (d.leaving or d.gone))
-        self.emit(
-            "topology", {"generation": self.generation, "devices": devices, "cause": cause, **extra}
-        )
+        self.emit("topology", {"generation": self.generation, "devices": devices, "cause": cause, **extra})
         return {"generation": self.generation, "devices": len(devices)}
 
     def finish_removal(self, bdf: str, cause: str) -> None:
@@ -489,16 +477,12 @@ class Service:
             dev.gone = True
             self._revoke(dev, cause, to_released=False)  # ALLOCATED -> REMOVED: it is gone
             self._move_health(dev, "REMOVED", cause, {"name": "removal", "ok": True})
-            self.emit(
-                "removed", {"device": bdf, "cause": cause, "fingerprint": dev.info.fingerprint}
-            )
+            self.emit("removed", {"device": bdf, "cause": cause, "fingerprint": dev.info.fingerprint})
             if not dev.leaving:
                 self._topology(cause, left=bdf)
             if cause != "surprise":
                 self.identities.forget(dev.info)
-            for src in (bdf,) + (
-                (dev.port,) if dev.port and dev.port not in self._known_sources() else ()
-            ):
+            for src in (bdf,) + ((dev.port,) if dev.port and dev.port not in self._known_sources() else ()):
                 self._counter.forget(src)
 
     def record_reset(self, bdf: str, outcome: dict) -> None:
@@ -556,6 +540,7 @@ class Service:
                 info.fingerprint = info.fingerprint or previous.fingerprint
                 dev.info = info
                 if self.identities.observe(info):
+                    dev.identity_changed = True
                     self.emit(
                         "identity_changed",
                         {
@@ -569,9 +554,7 @@ class Service:
     def _poll_aer(self, bdfs: list[str] | None = None) -> None:
         """Read aer_dev_* of the devices and their ports; port errors count on the devices below."""
         with self._lock:
-            devs = [
-                d for d in self.devices.values() if not d.gone and (bdfs is None or d.bdf in bdfs)
-            ]
+            devs = [d for d in self.devices.values() if not d.gone and (bdfs is None or d.bdf in bdfs)]
             sources = {d.bdf for d in devs} | {d.port for d in devs if d.port}
         reads = {src: self.sysfs.aer_counters(src) for src in sorted(sources)}
         now = time.monotonic_ns()
@@ -582,11 +565,7 @@ class Service:
                 delta = self._counter.delta(src, totals(counters))
                 if not any(delta.values()):
                     continue
-                targets = [
-                    d
-                    for d in self.devices.values()
-                    if not d.gone and (d.bdf == src or d.port == src)
-                ]
+                targets = [d for d in self.devices.values() if not d.gone and (d.bdf == src or d.port == src)]
                 for dev in targets:
                     for sev, n in delta.items():
                         dev.aer.record(sev, n, now)
@@ -616,9 +595,7 @@ class Service:
         if event == "BEGIN_RECOVERY":
             return
         checkpoint = (
-            procedures.config_intact(self.sysfs, bdf, dev.info)
-            if event == "SUCCESSFUL_RECOVERY"
-            else None
+            procedures.config_intact(self.sysfs, bdf, dev.info) if event == "SUCCESSFUL_RECOVERY" else None
         )
         now = time.monotonic_ns()
         with self._lock:
@@ -669,9 +646,7 @@ class Service:
                 )
             self._judge(dev, checkpoint, f"aer:recovered_{severity}", recovered=severity)
 
-    def _judge(
-        self, dev: Device, checkpoint: dict | None, cause: str, recovered: str | None = None
-    ) -> None:
+    def _judge(self, dev: Device, checkpoint: dict | None, cause: str, recovered: str | None = None) -> None:
         """Combine the AER verdict and the config checkpoint; the worse one wins (lock held)."""
         now = time.monotonic_ns()
         verdict = dev.aer.verdict(now, recovered)
@@ -685,11 +660,7 @@ class Service:
             "aer": {"weight": verdict.weight, "reasons": list(verdict.reasons)},
             "config": checkpoint,
         }
-        why = (
-            cause
-            if target == verdict.health or checkpoint is None or checkpoint["ok"]
-            else "config_lost"
-        )
+        why = cause if target == verdict.health or checkpoint is None or checkpoint["ok"] else "config_lost"
         self._apply_health(dev, target, why, evidence)
         if (
             verdict.reset
@@ -698,6 +669,7 @@ class Service:
             and dev.states.health not in ("FAULTED", "REMOVED")
         ):
             dev.aer.note_reset(now)
+            self._release_for(dev, "aer_reset")
             self._start(
                 dev,
                 "reset",
@@ -709,9 +681,7 @@ class Service:
     def on_kernel_event(self, ev: KernelEvent) -> None:
         with self._lock:
             self.emit("kernel", ev.to_dict())
-            targets = [
-                d for d in self.devices.values() if not d.gone and _kernel_event_concerns(ev, d)
-            ]
+            targets = [d for d in self.devices.values() if not d.gone and _kernel_event_concerns(ev, d)]
             if ev.kind == "button_power_off":
                 for dev in targets:
                     if dev.busy == "hot_remove" or dev.leaving:
@@ -736,7 +706,7 @@ class Service:
                     self.health_poll(None, "health_poll")
             except Exception as exc:  # noqa: BLE001 - the ticker must survive a bug
                 self.stats_counts["internal_errors"] += 1
-                log(f"ticker: {exc!r}\n{traceback.format_exc()}")
+                _log.error(f"ticker: {exc!r}\n{traceback.format_exc()}")
 
     def _expire_leases(self) -> None:
         with self._lock:
@@ -755,6 +725,11 @@ class Service:
                     )
                     if dev and dev.states.health == "ALLOCATED":
                         self._end_allocation(dev, "lease_expired")
+
+    def _release_for(self, dev: Device, reason: str) -> None:
+        """Revoke the lease of a device about to be reset: DEALLOCATE, then the release path."""
+        if self._revoke(dev, reason, to_released=False) and dev.states.health == "ALLOCATED":
+            self._end_allocation(dev, f"deallocate:{reason}")
 
     def _end_allocation(self, dev: Device, cause: str) -> None:
         """ALLOCATED -> RELEASED -> HEALTHY, through the release checkpoint (lock held)."""
@@ -844,6 +819,7 @@ class Service:
             "busy": dev.busy,
             "isolated": dev.isolated,
             "leaving": dev.leaving,
+            "identity_changed": dev.identity_changed,
             "class": dev.hooks.name,
             "port": dev.port,
             "slot": dev.info.slot,
@@ -883,9 +859,7 @@ class Service:
             replay = [
                 raw
                 for seq, name, raw in self.history
-                if since is not None
-                and seq > since
-                and (event_filter is None or name in event_filter)
+                if since is not None and seq > since and (event_filter is None or name in event_filter)
             ]
             oldest = self.history[0][0] if self.history else self._seq + 1
             session.send(
@@ -947,8 +921,7 @@ class Service:
                 if len(chosen) < count:
                     raise ProtocolError(
                         protocol.INSUFFICIENT_DEVICES,
-                        f"{len(chosen)} HEALTHY free device(s) of class {p['class']!r}, "
-                        f"{count} asked",
+                        f"{len(chosen)} HEALTHY free device(s) of class {p['class']!r}, {count} asked",
                         req.id,
                         {"available": len(chosen)},
                     )
@@ -964,9 +937,7 @@ class Service:
                         req.id,
                         {"state": "FAULTED"},
                     )
-            lease = self.leases.grant(
-                holder, [d.bdf for d in chosen], time.monotonic_ns(), p.get("ttl_s")
-            )
+            lease = self.leases.grant(holder, [d.bdf for d in chosen], time.monotonic_ns(), p.get("ttl_s"))
             for dev in chosen:
                 self._move_health(dev, "ALLOCATED", f"allocate:{lease.id}", checkpoints[dev.bdf])
             self.emit("lease", {**lease.to_dict(), "action": "granted"})
@@ -974,15 +945,11 @@ class Service:
 
     def _m_renew(self, session: Session, req: protocol.Request) -> dict:
         with self._lock:
-            lease = self.leases.renew(
-                req.params["lease"], time.monotonic_ns(), req.params.get("ttl_s")
-            )
+            lease = self.leases.renew(req.params["lease"], time.monotonic_ns(), req.params.get("ttl_s"))
             for bdf in lease.devices:
                 dev = self.devices.get(bdf)
                 if dev and dev.states.main == "ALLOCATED":
-                    self.move_main(
-                        bdf, "RUNNING", f"renew:{lease.id}", {"name": "renew", "ok": True}
-                    )
+                    self.move_main(bdf, "RUNNING", f"renew:{lease.id}", {"name": "renew", "ok": True})
             self.emit("lease", {**lease.to_dict(), "action": "renewed"})
             return lease.to_dict()
 
@@ -1034,7 +1001,7 @@ class Service:
                     raise ProtocolError(
                         protocol.DEVICE_BUSY, f"{dev.bdf} is allocated; pass force=true", req.id
                     )
-                self._revoke(dev, "reset")
+                self._release_for(dev, "reset")
             self._start(
                 dev,
                 "reset",
@@ -1063,9 +1030,7 @@ class Service:
                 dev,
                 "recover",
                 "request",
-                lambda run: procedures.recover_procedure(
-                    self, run, dev.info, dev.hooks, state == "FAULTED"
-                ),
+                lambda run: procedures.recover_procedure(self, run, dev.info, dev.hooks, state == "FAULTED"),
                 self._deferred(session, req),
             )
         return SENT

@@ -10,11 +10,11 @@ from until it drains (backpressure instead of unbounded memory).
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import select
 import selectors
 import socket
-import sys
 import threading
 import time
 from collections import deque
@@ -25,8 +25,11 @@ from . import protocol
 READ_CHUNK = 65536
 
 
+_log = logging.getLogger("hilconform.runtime")
+
+
 def log(msg: str) -> None:
-    print(f"hilconform-runtime: {msg}", file=sys.stderr, flush=True)
+    _log.info(msg)
 
 
 class Session:
@@ -264,20 +267,23 @@ class Server:
         self._take_input(conn, data)
 
     def _take_input(self, conn: _Conn, data: bytes) -> None:
-        if conn.discarding:
-            cut = data.find(b"\n")
-            if cut < 0:
-                return
-            conn.discarding = False
-            data = data[cut + 1 :]
+        """Append input; an oversized line gets one error and is dropped up to its newline."""
         conn.inbuf += data
-        if len(conn.inbuf) > self.max_line and b"\n" not in conn.inbuf[: self.max_line + 1]:
+        while True:
+            if conn.discarding:
+                cut = conn.inbuf.find(b"\n")
+                if cut < 0:
+                    conn.inbuf.clear()
+                    return
+                del conn.inbuf[: cut + 1]
+                conn.discarding = False
+            if conn.inbuf.find(b"\n", 0, self.max_line + 1) >= 0 or len(conn.inbuf) <= self.max_line:
+                return
             conn.session.send(
                 protocol.error(
                     None, protocol.LINE_TOO_LONG, f"line longer than {self.max_line} bytes; dropped"
                 )
             )
-            conn.inbuf.clear()
             conn.discarding = True
 
     def _service(self, conn: _Conn) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from hilconform.runtime.aer import AerPolicy, BurstFilter, CounterDeltas, DeviceAer, totals
 from hilconform.runtime.kernel_log import parse_record
 
@@ -39,7 +40,7 @@ def test_sustained_rate_triggers_a_reset_then_faults():
             first_reset = now
             aer.note_reset(now)
     assert first_reset is not None, "a sustained rate must ask for a reset"
-    for i in range(20):  # the rate doubles after the reset: past fault_weight
+    for _ in range(20):  # the rate doubles after the reset: past fault_weight
         now += S // 4
         aer.record("nonfatal", 1, now)
     verdict = aer.verdict(now)
@@ -109,7 +110,8 @@ def test_policy_from_config_merges_weights():
             {"bdf": "0000:01:00.0", "severity": "nonfatal"},
         ),
         (
-            "pcieport 0000:00:02.0: AER: Multiple Uncorrected (Fatal) error message received from 0000:00:02.0",
+            "pcieport 0000:00:02.0: AER: Multiple Uncorrected (Fatal) error message received from "
+            "0000:00:02.0",
             "aer_error",
             {"bdf": "0000:00:02.0", "severity": "fatal"},
         ),

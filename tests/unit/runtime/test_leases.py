@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from hilconform.runtime.leases import LeaseError, LeaseTable
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from hilconform.runtime.leases import LeaseError, LeaseTable
 
 S = 1_000_000_000
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+
 from hilconform.runtime.lifecycle import DeviceStates, IllegalTransition, TransitionTable
 
 TABLE = TransitionTable.load()

@@ -8,9 +8,10 @@ import time
 
 import pytest
 from fakesysfs import ConfigBuilder
+from test_service import TIMEOUT, Client, Harness, healthy_nvme
+
 from hilconform.runtime import protocol
 from hilconform.runtime.kernel_log import parse_record
-from test_service import TIMEOUT, Client, Harness, healthy_nvme
 
 NVME = Harness.NVME
 
@@ -42,8 +43,15 @@ def test_hot_added_device_passes_every_step_and_joins_the_pool(harness):
     assert found["udev_received_ns"] == change.received_ns and found["cause"] == "hot_add"
     c.wait_state(NVME, "HEALTHY")
     c.wait_event("procedure", procedure="hot_add", step="end")
-    assert steps(c, "hot_add") == [("begin", "started"), ("link_active", "ok"), ("firmware", "ok"),
-                                   ("mmio", "ok"), ("interrupts", "ok"), ("join_pool", "ok"), ("end", "ok")]
+    assert steps(c, "hot_add") == [
+        ("begin", "started"),
+        ("link_active", "ok"),
+        ("firmware", "ok"),
+        ("mmio", "ok"),
+        ("interrupts", "ok"),
+        ("join_pool", "ok"),
+        ("end", "ok"),
+    ]
     main = [t["to"] for t in c.events("transition", device=NVME, view="main")]
     assert main == ["FIRMWARE_LOADED", "INITIALIZED"]
     assert c.ok("device", {"device": NVME})["in_pool"] is True
@@ -83,8 +91,9 @@ def test_a_failing_step_is_named_and_keeps_the_device_out_of_the_pool(harness, f
 
 
 def test_device_without_memory_bar_skips_mmio_with_a_reason(harness):
-    harness.fake.add_device("0000:00:05.0", ConfigBuilder(vendor=0x1234, device=0x11E8, class_code=0x00FF00)
-                            .build())
+    harness.fake.add_device(
+        "0000:00:05.0", ConfigBuilder(vendor=0x1234, device=0x11E8, class_code=0x00FF00).build()
+    )
     harness.start()
     c = harness.client()
     c.wait_state("0000:00:05.0", "HEALTHY")
@@ -97,11 +106,13 @@ def assert_orderly(c: Client) -> list[tuple[str, str]]:
     order = c.order()
     names = [o for o in order if o[0] in ("procedure", "deallocate", "removed")]
     idx = {key: i for i, key in enumerate(names)}
-    for a, b in [(("procedure", "isolate"), ("procedure", "drain")),
-                 (("procedure", "drain"), ("procedure", "deallocate")),
-                 (("procedure", "deallocate"), ("procedure", "topology")),
-                 (("procedure", "topology"), ("procedure", "power_off")),
-                 (("procedure", "power_off"), ("removed", ""))]:
+    for a, b in [
+        (("procedure", "isolate"), ("procedure", "drain")),
+        (("procedure", "drain"), ("procedure", "deallocate")),
+        (("procedure", "deallocate"), ("procedure", "topology")),
+        (("procedure", "topology"), ("procedure", "power_off")),
+        (("procedure", "power_off"), ("removed", "")),
+    ]:
         assert idx[a] < idx[b], f"{a} must come before {b}: {names}"
     return names
 
@@ -189,8 +200,10 @@ def test_attention_button_removal_finishes_inside_the_pciehp_window(harness):
     c = healthy_nvme(harness)
     c.ok("allocate", {"device": NVME})
     t0 = time.monotonic()
-    for line in ("6,1,100,-;pcieport 0000:00:02.0: pciehp: Slot(1): Attention button pressed",
-                 "6,2,101,-;pcieport 0000:00:02.0: pciehp: Slot(1): Powering off due to button press"):
+    for line in (
+        "6,1,100,-;pcieport 0000:00:02.0: pciehp: Slot(1): Attention button pressed",
+        "6,2,101,-;pcieport 0000:00:02.0: pciehp: Slot(1): Powering off due to button press",
+    ):
         harness.svc.on_kernel_event(parse_record(line))
     end = c.wait_event("procedure", procedure="hot_remove", step="end")
     assert end["status"] == "ok" and end["entry"] == "attention_button"
@@ -253,6 +266,8 @@ def test_requested_reset_of_a_healthy_device(harness):
     assert c.call("reset", {"device": NVME})["error"]["code"] == protocol.DEVICE_BUSY
     assert c.ok("reset", {"device": NVME, "force": True})["outcome"] == "ok"
     assert c.wait_event("deallocate", device=NVME)["lease"] == lease["lease"]
+    assert c.ok("device", {"device": NVME})["state"] == "HEALTHY"
+    assert c.ok("leases")["leases"] == []
 
 
 def test_reset_without_a_reset_method_is_reported_unsupported(harness):

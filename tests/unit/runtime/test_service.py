@@ -17,6 +17,7 @@ import time
 
 import pytest
 from fakesysfs import ConfigBuilder, FakeSysfs, mem_bar, nvme_config, root_port_config
+
 from hilconform.runtime import protocol
 from hilconform.runtime.config import ConfigError, load
 from hilconform.runtime.discovery import QueueChangeSource
@@ -50,17 +51,19 @@ class Client:
 
     def call(self, method: str, params: dict | None = None, timeout: float = TIMEOUT) -> dict:
         req_id = next(self._ids)
+        start = len(self.pump())
         self.send_line(protocol.encode(protocol.request(req_id, method, params)).rstrip(b"\n"))
-        return self.wait(lambda m: m.get("id") == req_id and m["kind"] != "event", timeout, f"reply to {method}")
+        return self.wait(
+            lambda m: m.get("id") == req_id and m["kind"] != "event", timeout, f"reply to {method}", start
+        )
 
     def ok(self, method: str, params: dict | None = None, timeout: float = TIMEOUT):
         reply = self.call(method, params, timeout)
         assert "result" in reply, reply
         return reply["result"]
 
-    def wait(self, pred, timeout: float = TIMEOUT, what: str = "message") -> dict:
+    def wait(self, pred, timeout: float = TIMEOUT, what: str = "message", seen: int = 0) -> dict:
         deadline = time.monotonic() + timeout
-        seen = 0
         while True:
             msgs = self.pump()
             for msg in msgs[seen:]:
@@ -82,8 +85,12 @@ class Client:
 
     def wait_event(self, name: str, timeout: float = TIMEOUT, **match) -> dict:
         def pred(m):
-            return (m["kind"] == "event" and m["event"] == name
-                    and all(m["data"].get(k) == v for k, v in match.items()))
+            return (
+                m["kind"] == "event"
+                and m["event"] == name
+                and all(m["data"].get(k) == v for k, v in match.items())
+            )
+
         return self.wait(pred, timeout, f"event {name} {match}")["data"]
 
     def wait_state(self, device: str, state: str, timeout: float = TIMEOUT) -> dict:
@@ -110,27 +117,53 @@ class Harness:
         self.source = QueueChangeSource()
         self.sockdir = tempfile.mkdtemp(prefix="hc", dir="/tmp")
         self.overrides = {
-            "transport": f"unix:{self.sockdir}/rt.sock", "sysfs_root": str(tmp_path), "kernel_log": "",
-            "udev": False, "hot_add_step_timeout_ms": 300, "health_poll_ms": 3_600_000,
-            "reset_timeout_ms": 2000, **overrides,
+            "transport": f"unix:{self.sockdir}/rt.sock",
+            "sysfs_root": str(tmp_path),
+            "kernel_log": "",
+            "udev": False,
+            "hot_add_step_timeout_ms": 300,
+            "health_poll_ms": 3_600_000,
+            "reset_timeout_ms": 2000,
+            **overrides,
         }
         self.serve = serve
         self.svc: Service | None = None
 
     def add_port(self, bdf: str = PORT, slot: int = 1, dll_active: bool = True, aer: bool = True) -> None:
-        self.fake.add_device(bdf, root_port_config(slot_number=slot, dll_active=dll_active),
-                             driver="pcieport", aer=aer)
+        self.fake.add_device(
+            bdf, root_port_config(slot_number=slot, dll_active=dll_active), driver="pcieport", aer=aer
+        )
 
-    def add_nvme(self, bdf: str = NVME, port: str | None = PORT, slot: str | None = "1", config=None,
-                 inflight=(0, 0), firmware="1.0", driver: str | None = "nvme", serial: str = "SN1",
-                 mmio: bytes = b"\x01\x00\x00\x00" * 1024, **kw) -> None:
+    def add_nvme(
+        self,
+        bdf: str = NVME,
+        port: str | None = PORT,
+        slot: str | None = "1",
+        config=None,
+        inflight=(0, 0),
+        firmware="1.0",
+        driver: str | None = "nvme",
+        serial: str = "SN1",
+        mmio: bytes = b"\x01\x00\x00\x00" * 1024,
+        **kw,
+    ) -> None:
         if port and not self.fake.sysfs.exists(port):
             self.add_port(port, slot=int(slot or 1))
         self.fake.add_device(
-            bdf, config or nvme_config(), parent=port, driver=driver, slot=slot,
-            resource=[mem_bar(0xFE000000, 0x4000)], mmio={0: mmio}, nvme_inflight=inflight,
-            nvme_serial=serial, nvme_firmware=firmware, reset_method=kw.pop("reset_method", "flr bus"),
-            msi_irqs=kw.pop("msi_irqs", (24, 25)), **kw)
+            bdf,
+            config or nvme_config(),
+            parent=port,
+            driver=driver,
+            slot=slot,
+            resource=[mem_bar(0xFE000000, 0x4000)],
+            mmio={0: mmio},
+            nvme_inflight=inflight,
+            nvme_serial=serial,
+            nvme_firmware=firmware,
+            reset_method=kw.pop("reset_method", "flr bus"),
+            msi_irqs=kw.pop("msi_irqs", (24, 25)),
+            **kw,
+        )
 
     def start(self, **overrides) -> Service:
         cfg = load(None, {**self.overrides, **overrides})
@@ -172,8 +205,13 @@ def test_allocate_renew_release_walks_the_health_view(harness):
     c.wait_event("transition", device=Harness.NVME, view="main", to="RUNNING")
     c.ok("release", {"lease": lease["lease"]})
     c.wait_state(Harness.NVME, "RELEASED")
-    c.wait(lambda m: m.get("event") == "transition" and m["data"]["from"] == "RELEASED"
-           and m["data"]["to"] == "HEALTHY")
+    c.wait(
+        lambda m: (
+            m.get("event") == "transition"
+            and m["data"]["from"] == "RELEASED"
+            and m["data"]["to"] == "HEALTHY"
+        )
+    )
     assert c.ok("device", {"device": Harness.NVME})["state"] == "HEALTHY"
     for t in c.events("transition"):
         assert t["cause"] and t["checkpoint"]["name"] and t["ts_ns"] > 0
@@ -220,8 +258,13 @@ def test_lease_expires_after_a_short_ttl(harness):
     gone = c.wait_event("deallocate", reason="lease_expired")
     assert gone["lease"] == lease["lease"]
     assert 0.25 <= time.monotonic() - t0 < 5.0
-    c.wait(lambda m: m.get("event") == "transition" and m["data"]["from"] == "RELEASED"
-           and m["data"]["to"] == "HEALTHY")
+    c.wait(
+        lambda m: (
+            m.get("event") == "transition"
+            and m["data"]["from"] == "RELEASED"
+            and m["data"]["to"] == "HEALTHY"
+        )
+    )
     assert c.ok("leases")["leases"] == []
 
 
@@ -274,19 +317,28 @@ def test_failed_recovery_faults_and_recover_needs_more_than_a_wish(harness):
     assert c.call("allocate", {"device": Harness.NVME})["error"]["code"] == protocol.NOT_HEALTHY
     result = c.ok("recover", {"device": Harness.NVME})  # reset + self-check pass on the fake
     assert result["recovered"] is True
-    c.wait(lambda m: m.get("event") == "transition" and m["data"]["from"] == "FAULTED"
-           and m["data"]["to"] == "HEALTHY")
+    c.wait(
+        lambda m: (
+            m.get("event") == "transition" and m["data"]["from"] == "FAULTED" and m["data"]["to"] == "HEALTHY"
+        )
+    )
 
 
 def test_error_threshold_degrades_then_faults_and_recover_returns_healthy(harness):
-    c = healthy_nvme(harness, aer={"half_life_s": 60.0, "degrade_weight": 1.5, "reset_weight": 50.0,
-                                   "fault_weight": 3.5})
+    c = healthy_nvme(
+        harness, aer={"half_life_s": 60.0, "degrade_weight": 1.5, "reset_weight": 50.0, "fault_weight": 3.5}
+    )
     harness.fake.bump_aer(Harness.PORT, "nonfatal", "DLP", 2)
     c.ok("health_poll", {"device": Harness.NVME})
     c.wait_state(Harness.NVME, "DEGRADED")
     assert c.ok("recover", {"device": Harness.NVME})["recovered"] is True
-    c.wait(lambda m: m.get("event") == "transition" and m["data"]["from"] == "DEGRADED"
-           and m["data"]["to"] == "HEALTHY")
+    c.wait(
+        lambda m: (
+            m.get("event") == "transition"
+            and m["data"]["from"] == "DEGRADED"
+            and m["data"]["to"] == "HEALTHY"
+        )
+    )
     harness.fake.bump_aer(Harness.PORT, "nonfatal", "DLP", 2)
     c.ok("health_poll")
     c.wait_state(Harness.NVME, "DEGRADED")
@@ -297,8 +349,9 @@ def test_error_threshold_degrades_then_faults_and_recover_returns_healthy(harnes
 
 
 def test_sustained_error_rate_forces_a_reset_but_a_burst_does_not(harness):
-    c = healthy_nvme(harness, aer={"half_life_s": 0.5, "degrade_weight": 100.0, "reset_weight": 3.0,
-                                   "fault_weight": 200.0})
+    c = healthy_nvme(
+        harness, aer={"half_life_s": 0.5, "degrade_weight": 100.0, "reset_weight": 3.0, "fault_weight": 200.0}
+    )
     harness.fake.bump_aer(Harness.PORT, "nonfatal", "DLP", 2)  # a burst of two
     c.ok("health_poll")
     time.sleep(1.5)
@@ -389,7 +442,7 @@ def test_subscribe_filter_and_unsubscribe(harness):
 
 def test_bad_config_names_file_and_key(tmp_path):
     bad = tmp_path / "rt.toml"
-    bad.write_text('drain_timout_ms = 5\n')
+    bad.write_text("drain_timout_ms = 5\n")
     with pytest.raises(ConfigError) as err:
         load(str(bad))
     assert str(bad) in str(err.value) and "drain_timout_ms" in str(err.value)
