@@ -72,17 +72,23 @@ def measure_hot_adds(adds: int, mode: str) -> None:
             added = host.hot_add(slot.name, device_id=f"bench{i}")
             event = runtime.wait_event("discovered", mark, timeout_s=20,
                                        match=lambda d, bdf=added.bdf: d["device"] == bdf)
-            events.append((added.bdf, event["ts_ns"]))
+            events.append((added.bdf, event["ts_ns"], event["data"].get("udev_received_ns")))
             host_latency.append((event["host_ns"] - added.returned_ns) / 1e6)
             host.remove(added.device_id)
         raw = udev_add_times(host)
-        if any(len(raw.get(bdf, [])) < adds for bdf, _ in events):
+        if any(len(raw.get(bdf, [])) < adds for bdf, *_ in events):
             raise SystemExit(f"udev monitor saw {raw}, expected {adds} adds")
-        overhead = []
-        for index, (bdf, ts_ns) in enumerate(events):
+        overhead, receipt, processing = [], [], []
+        for index, (bdf, ts_ns, received_ns) in enumerate(events):
             overhead.append(ts_ns / 1e6 - raw[bdf][index] * 1e3)
+            if received_ns:
+                receipt.append(received_ns / 1e6 - raw[bdf][index] * 1e3)
+                processing.append((ts_ns - received_ns) / 1e6)
         rss_kb = runtime.call("stats")["rss_kb"]
         print(f"hot-add ({mode}) runtime event minus raw udev event (ms): {figures(overhead)}")
+        if receipt:
+            print(f"  of which: udev event -> runtime read it (ms): {figures(receipt)}")
+            print(f"  of which: runtime read it -> discovered event (ms): {figures(processing)}")
         print(f"hot-add ({mode}) device_add returned -> runtime event on host (ms): "
               f"{figures(host_latency)}")
         print(f"runtime resident memory after {adds} add/remove cycles: {rss_kb / 1024:.1f} MiB")
