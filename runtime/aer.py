@@ -18,6 +18,9 @@ _TOTAL_KEYS = {
     "fatal": "TOTAL_ERR_FATAL",
 }
 _ORDER = {"HEALTHY": 0, "DEGRADED": 1, "FAULTED": 2}
+# Errors counted up to this long before BEGIN_RECOVERY belong to that recovery: the
+# kernel log line (which triggers a counter read) comes before the recovery uevent.
+EPISODE_LOOKBACK_NS = 10_000_000_000
 
 
 def totals(counters: dict[str, dict[str, int]]) -> dict[str, int]:
@@ -91,28 +94,33 @@ class DeviceAer:
         self.filter = BurstFilter(policy.half_life_s)
         self.counts = {sev: 0 for sev in SEVERITIES}
         self.recovering_since_ns: int | None = None
-        self.episode = {sev: 0 for sev in SEVERITIES}  # errors counted since BEGIN_RECOVERY
+        self._unexplained: list[tuple[int, str]] = []  # (ns, severity) not yet tied to a recovery
         self.last_reset_ns: int | None = None
 
     def record(self, severity: str, count: int, now_ns: int) -> None:
         if count <= 0:
             return
         self.counts[severity] += count
-        self.episode[severity] += count
+        if severity != "correctable":
+            self._unexplained.append((now_ns, severity))
+            del self._unexplained[:-64]
         self.filter.add(count * float(self.policy.weights.get(severity, 0.0)), now_ns)
 
     def begin_recovery(self, now_ns: int) -> None:
         self.recovering_since_ns = now_ns
-        self.episode = {sev: 0 for sev in SEVERITIES}
 
     def end_recovery(self, now_ns: int) -> str:
-        """Close the episode; the severity it had ("fatal" wins). An episode with
-        no counted error (counters missing or not yet visible) counts as one non-fatal."""
-        if not (self.episode["nonfatal"] or self.episode["fatal"]):
+        """Close the episode: the severity of the uncorrectable errors counted since
+        shortly before it began ("fatal" wins). An episode with no counted error
+        (counters missing or not yet visible) counts as one non-fatal."""
+        since = (self.recovering_since_ns or now_ns) - EPISODE_LOOKBACK_NS
+        episode = {sev for ns, sev in self._unexplained if ns >= since}
+        if not episode:
             self.record("nonfatal", 1, now_ns)
-        severity = "fatal" if self.episode["fatal"] else "nonfatal"
+            episode = {"nonfatal"}
+        self._unexplained.clear()
         self.recovering_since_ns = None
-        return severity
+        return "fatal" if "fatal" in episode else "nonfatal"
 
     def verdict(self, now_ns: int, recovered: str | None = None) -> Verdict:
         """Health the AER evidence supports now; ``recovered`` is the severity of a

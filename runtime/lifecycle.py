@@ -150,3 +150,24 @@ class DeviceStates:
         if main_to and main_to != self.main and self.table.allowed("main", self.main, main_to):
             done.append(self.move("main", main_to, cause, checkpoint))
         return done
+
+
+def render_markdown(table: TransitionTable) -> str:
+    """The generated part of docs/lifecycle.md (a unit test keeps the doc in step with the TOML)."""
+    data = table.to_dict()
+    lines = [f"Table version {data['version']}.", ""]
+    for view in VIEWS:
+        spec = data["views"][view]
+        lines += [f"### View `{view}` (initial state `{spec['initial']}`)", "", "| from | to |", "|---|---|"]
+        lines += [f"| {t['from']} | {t['to']} |" for t in spec["transitions"]]
+        lines.append("")
+    lines += ["### Health severity (worse wins)", "", "| state | rank |", "|---|---|"]
+    lines += [f"| {state} | {rank} |" for state, rank in data["severity"].items()]
+    lines += ["| REMOVED | terminal (outranks all) |", "", "### Combination: health move → main move", ""]
+    lines += ["| health move | main state |", "|---|---|"]
+    lines += [f"| `{key}` | {main} |" for key, main in data["combination"].items()]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(render_markdown(TransitionTable.load()), end="")

@@ -24,6 +24,7 @@ from .sysfs import Sysfs
 COMMAND_OFFSET = 0x04
 COMMAND_BUS_MASTER = 0x0004
 RETRY_S = 0.02
+CONFIG_WRITE_TIMEOUT_S = 1.0  # a config write can block (device lock held by a reset)
 
 
 class Host(Protocol):
@@ -34,6 +35,8 @@ class Host(Protocol):
 
     def step(self, run: Run, step: str, status: str, **detail: Any) -> None: ...
     def is_gone(self, bdf: str) -> bool: ...
+    def set_resetting(self, bdf: str, resetting: bool) -> None: ...
+    def is_resetting(self, bdf: str) -> bool: ...
     def move_main(self, bdf: str, to: str, cause: str, checkpoint: dict) -> None: ...
     def join_pool(self, bdf: str, cause: str, checkpoint: dict) -> bool: ...
     def fault(self, bdf: str, cause: str, checkpoint: dict) -> None: ...
@@ -153,8 +156,12 @@ def _retry(deadline: float, probe):
         time.sleep(RETRY_S)
 
 
-def hot_add(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> bool:
-    """link_active, firmware, mmio, interrupts, join_pool; the first failing step keeps it out."""
+def self_check(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks, on_firmware=None):
+    """The hot-add steps link_active, firmware, mmio, interrupts, each an event.
+
+    Returns (None, {}) when all pass, else (failed step, its detail). A step
+    retries until hot_add_step_timeout_ms (a driver may still be binding).
+    """
     sysfs, bdf, cfg = host.sysfs, run.device, host.cfg
     step_s = cfg.hot_add_step_timeout_ms / 1000.0
     expected = _expected_firmware(cfg.firmware, info)
@@ -178,10 +185,10 @@ def hot_add(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> bool:
             return True, {"bar": index, "skipped": f"BAR{index} has no resource{index} file in sysfs"}, True
         data = sysfs.read_mmio(bdf, index, 0, 4)
         if data is None:
-            return False, {"bar": index, "error": f"BAR{index} not readable"}, False
+            return mmio_claimed_by_driver(sysfs, bdf, index)
         if data == b"\xff" * len(data):
             return False, {"bar": index, "error": f"BAR{index} reads all ones"}, False
-        return True, {"bar": index, "value": data.hex()}, True
+        return True, {"bar": index, "method": "direct", "value": data.hex()}, True
 
     def interrupts():
         ready = hooks.interrupts_ready(sysfs, bdf, info)
@@ -198,28 +205,63 @@ def hot_add(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> bool:
         ("mmio", mmio),
         ("interrupts", interrupts),
     ]
-    host.step(run, "begin", "started", entry=run.entry, hooks=hooks.name)
     for name, probe in steps:
         if host.is_gone(bdf):
             host.step(run, name, "aborted", error="device gone")
-            return False
+            return name, {"error": "device gone"}
         ok, detail = _retry(time.monotonic() + step_s, probe)
         status = "skipped" if ok and "skipped" in detail else ("ok" if ok else "failed")
         host.step(run, name, status, **detail)
         if not ok:
-            cause = f"hot_add:{name}"
-            host.fault(bdf, cause, {"name": f"hot_add.{name}", "ok": False, **detail})
-            host.step(run, "end", "failed", failed_step=name, error=detail.get("error", ""))
-            return False
-        if name == "firmware":
-            host.move_main(
-                bdf, "FIRMWARE_LOADED", "hot_add:firmware", {"name": "hot_add.firmware", "ok": True}
-            )
+            return name, detail
+        if name == "firmware" and on_firmware:
+            on_firmware()
+    return None, {}
+
+
+def hot_add(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> bool:
+    """The self-check, then join_pool; the first failing step keeps the device out (FAULTED)."""
+    sysfs, bdf = host.sysfs, run.device
+    host.step(run, "begin", "started", entry=run.entry, hooks=hooks.name)
+
+    def firmware_loaded() -> None:
+        host.move_main(bdf, "FIRMWARE_LOADED", "hot_add:firmware", {"name": "hot_add.firmware", "ok": True})
+
+    failed, detail = self_check(host, run, info, hooks, firmware_loaded)
+    if failed:
+        host.fault(bdf, f"hot_add:{failed}", {"name": f"hot_add.{failed}", "ok": False, **detail})
+        host.step(run, "end", "failed", failed_step=failed, error=detail.get("error", ""))
+        return False
     checkpoint = config_intact(sysfs, bdf, info)
     joined = host.join_pool(bdf, f"hot_add:{run.entry}", checkpoint)
     host.step(run, "join_pool", "ok" if joined else "failed", **checkpoint)
     host.step(run, "end", "ok" if joined else "failed", **({} if joined else {"failed_step": "join_pool"}))
     return joined
+
+
+def mmio_claimed_by_driver(sysfs: Sysfs, bdf: str, index: int) -> tuple[bool, dict, bool]:
+    """MMIO evidence when the BAR cannot be mapped from user space.
+
+    Why: kernels built with IO_STRICT_DEVMEM (Debian's) refuse to mmap sysfs
+    ``resourceN`` while a driver has claimed the region. Then the evidence is
+    indirect: the driver bound (its probe accessed the BAR), memory decoding is
+    on and the BAR is still programmed. Without a driver the step retries.
+    """
+    driver = sysfs.driver(bdf)
+    detail: dict = {"bar": index, "method": "indirect", "driver": driver}
+    if driver is None:
+        return False, {**detail, "error": f"BAR{index} not readable and no driver bound"}, False
+    try:
+        cs = parse_config(sysfs.read_config(bdf))
+    except (OSError, ValueError) as exc:
+        return False, {**detail, "error": f"config unreadable: {exc}"}, False
+    programmed = any(b.index == index and b.address for b in cs.bars)
+    decoding = bool(cs.present and cs.command & 0x2)
+    if not (programmed and decoding):
+        why = "memory decoding off" if not decoding else f"BAR{index} not programmed"
+        return False, {**detail, "error": f"BAR{index} not mappable and {why}"}, False
+    note = f"BAR{index} claimed by {driver} (not mappable from user space); decoding on, BAR programmed"
+    return True, {**detail, "note": note}, True
 
 
 def _expected_firmware(table: dict, info: DeviceInfo) -> list[str] | None:
@@ -232,11 +274,11 @@ def _expected_firmware(table: dict, info: DeviceInfo) -> list[str] | None:
 # --- reset (RST-01/02) ------------------------------------------------------------------
 class ResetWorker:
     """Writes sysfs ``reset`` on a daemon thread: a reset of a wedged device can block
-    for a long time, so the caller waits at most its budget and learns the late outcome
-    through ``on_late``."""
+    for a long time, so the caller waits at most its budget. ``on_finish(outcome, late)``
+    runs on the worker when the write returns, in time or late."""
 
-    def __init__(self, sysfs: Sysfs, bdf: str, on_late=None):
-        self.sysfs, self.bdf, self.on_late = sysfs, bdf, on_late
+    def __init__(self, sysfs: Sysfs, bdf: str, on_finish=None):
+        self.sysfs, self.bdf, self.on_finish = sysfs, bdf, on_finish
         self.methods = sysfs.reset_methods(bdf)
         self._done = threading.Event()
         self._lock = threading.Lock()
@@ -263,8 +305,8 @@ class ResetWorker:
             self.outcome = outcome
             self._done.set()
             late = self._waited_out
-        if late and self.on_late:
-            self.on_late({**outcome, "late": True})
+        if self.on_finish:
+            self.on_finish({**outcome, "late": True} if late else outcome, late)
 
     def wait(self, timeout_s: float) -> dict:
         """The outcome, or outcome "timeout" if the reset still runs after ``timeout_s``."""
@@ -285,8 +327,10 @@ def forced_reset(host: Host, run: Run, source: str) -> dict:
     bdf = run.device
     timeout_s = host.cfg.reset_timeout_ms / 1000.0
 
-    def late(outcome: dict) -> None:
-        host.record_reset(bdf, {**outcome, "source": source, "run": run.run_id})
+    def finished(outcome: dict, late: bool) -> None:
+        host.set_resetting(bdf, False)
+        if late:
+            host.record_reset(bdf, {**outcome, "source": source, "run": run.run_id})
 
     host.step(
         run,
@@ -295,7 +339,8 @@ def forced_reset(host: Host, run: Run, source: str) -> dict:
         methods=host.sysfs.reset_methods(bdf),
         timeout_ms=host.cfg.reset_timeout_ms,
     )
-    outcome = ResetWorker(host.sysfs, bdf, on_late=late).start().wait(timeout_s)
+    host.set_resetting(bdf, True)  # config access to it blocks in the kernel until the reset ends
+    outcome = ResetWorker(host.sysfs, bdf, on_finish=finished).start().wait(timeout_s)
     host.record_reset(bdf, {**outcome, "source": source, "run": run.run_id})
     status = {"ok": "ok", "timeout": "timeout"}.get(outcome["outcome"], "failed")
     host.step(run, "reset", status, **outcome)
@@ -336,13 +381,19 @@ def recover_procedure(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks,
         if outcome["outcome"] != "ok":
             host.step(run, "end", "failed", failed_step="reset")
             return {"recovered": False, "failed_step": "reset", "reset": outcome}
-    ok, detail = link_active(sysfs, bdf, info)
-    checkpoint = config_intact(sysfs, bdf, info)
-    if ok and checkpoint["ok"] and faulted:
-        ok = hooks.interrupts_ready(sysfs, bdf, info)
-        detail = {**detail, "interrupts_ready": ok}
-    checkpoint = {**checkpoint, "name": "recover", "ok": ok and checkpoint["ok"], "link": detail}
-    restored = checkpoint["ok"] and host.restore_health(bdf, "recover", checkpoint)
+    if faulted:
+        failed, detail = self_check(host, run, info, hooks)
+        if failed:
+            host.step(run, "end", "failed", failed_step=failed, error=detail.get("error", ""))
+            return {"recovered": False, "failed_step": failed, "detail": detail}
+        link = {"self_check": "passed"}
+    else:
+        ok, link = link_active(sysfs, bdf, info)
+        if not ok:
+            host.step(run, "end", "failed", failed_step="link_active", **link)
+            return {"recovered": False, "failed_step": "link_active", "detail": link}
+    checkpoint = {**config_intact(sysfs, bdf, info), "link": link}
+    restored = checkpoint["ok"] and host.restore_health(bdf, "recover", {**checkpoint, "name": "recover"})
     host.step(run, "end", "ok" if restored else "failed", **checkpoint)
     return {"recovered": bool(restored), "checkpoint": checkpoint}
 
@@ -384,6 +435,24 @@ def drain(hooks: ClassHooks, sysfs: Sysfs, bdf: str, timeout_s: float, poll_s: f
         time.sleep(min(poll_s, left))
 
 
+def bounded(work, timeout_s: float) -> tuple[str, dict]:
+    """Run ``work`` (returning a dict) on a thread; ("ok", result), ("failed", error) or ("timeout", ..)."""
+    box: dict = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["result"] = work()
+        except OSError as exc:
+            box["error"] = str(exc)
+        done.set()
+
+    threading.Thread(target=run, name="bounded-sysfs", daemon=True).start()
+    if not done.wait(timeout_s):
+        return "timeout", {"error": f"no answer within {timeout_s:g} s"}
+    return ("ok", box["result"]) if "result" in box else ("failed", {"error": box["error"]})
+
+
 def _power_off(host: Host, bdf: str, slot: str | None, timeout_s: float) -> dict:
     """Slot power-off (or logical removal without a slot) on a thread with a deadline."""
     result: dict = {}
@@ -416,17 +485,20 @@ def hot_remove(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> dic
     summary: dict[str, Any] = {"device": bdf, "run": run.run_id, "entry": run.entry}
     host.step(run, "begin", "started", entry=run.entry)
 
-    def clear_bus_master(when: str) -> None:
-        try:
-            detail = set_bus_master(sysfs, bdf, False)
-            host.step(run, "bus_master_off", "ok", when=when, **detail)
-        except OSError as exc:
-            host.step(run, "bus_master_off", "failed", when=when, error=str(exc))
+    def bus_master(enabled: bool, **why: Any) -> None:
+        step = "bus_master_on" if enabled else "bus_master_off"
+        if host.is_resetting(bdf):
+            host.step(
+                run, step, "skipped", reason="a reset is still running: config access would block", **why
+            )
+            return
+        status, detail = bounded(lambda: set_bus_master(sysfs, bdf, enabled), CONFIG_WRITE_TIMEOUT_S)
+        host.step(run, step, status, **why, **detail)
 
     host.isolate(bdf, f"hot_remove:{run.entry}")
     host.step(run, "isolate", "ok", allocations="stopped")
     if cfg.bus_master_off == "before_drain":
-        clear_bus_master("isolate")
+        bus_master(False, when="isolate")
 
     result = drain(
         hooks,
@@ -442,7 +514,7 @@ def hot_remove(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> dic
     if status == "timeout" and not host.is_gone(bdf):
         summary["reset"] = forced_reset(host, run, source="drain_timeout")
     if cfg.bus_master_off == "after_drain" and not host.is_gone(bdf):
-        clear_bus_master("after_drain")
+        bus_master(False, when="after_drain")
 
     notified = host.deallocate(bdf, "hot_remove")
     host.step(run, "deallocate", "ok", holders=notified)
@@ -453,6 +525,9 @@ def hot_remove(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> dic
         host.step(run, "power_off", "skipped", reason="device already gone")
         host.finish_removal(bdf, "hot_remove")
     else:
+        driver = sysfs.driver(bdf)
+        if driver:  # its remove() shuts the device down through DMA: give bus mastering back
+            bus_master(True, driver=driver, why="the driver's remove() needs DMA")
         slot = info.slot or sysfs.slot_of(bdf)
         result = _power_off(host, bdf, slot, cfg.power_off_timeout_ms / 1000.0)
         status = result.pop("status")

@@ -65,6 +65,7 @@ class Device:
         self.isolated = False  # no new allocations (orderly removal)
         self.leaving = False  # removal: topology already updated
         self.gone = False
+        self.resetting = False  # a sysfs reset is in flight: config access would block
         self.pending_health: str | None = None  # a worse health seen during the self-check
         self.pending_removal: str | None = None  # attention button while another procedure ran
         self.last_checkpoint: dict | None = None
@@ -79,7 +80,7 @@ class Device:
     def available(self) -> bool:
         return (
             self.states.health == "HEALTHY"
-            and not (self.isolated or self.leaving or self.gone or self.busy)
+            and not (self.isolated or self.leaving or self.gone or self.busy or self.resetting)
             and self.aer.recovering_since_ns is None
         )
 
@@ -116,7 +117,6 @@ class Service:
             "errors": 0,
             "events": 0,
             "dropped_closed_sessions": 0,
-            "illegal_transitions_refused": 0,
             "internal_errors": 0,
         }
         if change_source is None and not cfg.udev:
@@ -251,6 +251,8 @@ class Service:
             self.stats_counts["requests"] += 1
             req = protocol.decode_request(line)
             req_id = req.id
+            if self._stop.is_set() and req.method not in ("hello", "stats"):
+                raise ProtocolError(protocol.SHUTTING_DOWN, "the runtime is stopping", req.id)
             result = getattr(self, f"_m_{req.method}")(session, req)
             if result is not SENT:
                 session.send(protocol.reply(req.id, result))
@@ -289,23 +291,23 @@ class Service:
                 raise ProtocolError(protocol.UNKNOWN_DEVICE, f"no managed device {ident[:80]!r}")
             return dev
 
-    def _add_device(self, info: DeviceInfo, cause: str, change: PciChange | None) -> None:
+    def _add_device(
+        self, info: DeviceInfo, cause: str, change: PciChange | None, timing: dict | None = None
+    ) -> None:
+        """New record, ``discovered`` at once (DISC-02 latency), then baselines and the self-check."""
         try:
             hooks = hooks_for(info, self.cfg.hooks)
         except ValueError as exc:
             log(f"{info.bdf}: hooks config: {exc}; generic hooks used")
             hooks = ClassHooks()
         port = self.sysfs.parent_bdf(info.bdf)
-        baselines = {src: totals(self.sysfs.aer_counters(src)) for src in filter(None, (info.bdf, port))}
         with self._lock:
             old = self.devices.get(info.bdf)
             if old is not None and not old.gone:
                 return  # already known (an add racing the boot enumeration)
             known = self._known_sources()
-            for src, current in baselines.items():
-                if src == info.bdf or src not in known:  # a port shared with a sibling keeps its baseline
-                    self._counter.baseline(src, current)
             dev = Device(info, hooks, self.table, DeviceAer(self.policy), port)
+            dev.busy = "hot_add"  # not allocatable, not polled, until the self-check ends
             self.devices[info.bdf] = dev
             self.emit(
                 "discovered",
@@ -317,8 +319,17 @@ class Service:
                     "fingerprint": info.fingerprint,
                     "info": info.to_dict(),
                     "udev_received_ns": change.received_ns if change else None,
+                    **({"timing_ms": {k: round(v, 3) for k, v in timing.items()}} if timing else {}),
                 },
             )
+        baselines = {src: totals(self.sysfs.aer_counters(src)) for src in filter(None, (info.bdf, port))}
+        with self._lock:
+            if self.devices.get(info.bdf) is not dev or dev.gone:
+                dev.busy = None
+                return
+            for src, current in baselines.items():
+                if src == info.bdf or src not in known:  # a port shared with a sibling keeps its baseline
+                    self._counter.baseline(src, current)
             if self.identities.observe(info):
                 dev.identity_changed = True
                 self.emit(
@@ -388,6 +399,17 @@ class Service:
                 f"{run.device} {run.run_id} {step}: {status}"
                 + (f" ({detail.get('error')})" if detail.get("error") else "")
             )
+
+    def set_resetting(self, bdf: str, resetting: bool) -> None:
+        with self._lock:
+            dev = self.devices.get(bdf)
+            if dev:
+                dev.resetting = resetting
+
+    def is_resetting(self, bdf: str) -> bool:
+        with self._lock:
+            dev = self.devices.get(bdf)
+            return bool(dev and dev.resetting)
 
     def is_gone(self, bdf: str) -> bool:
         with self._lock:
@@ -497,11 +519,16 @@ class Service:
         """Called at once for each change (DISC-02/06 latency), before the batch closes."""
         props = change.properties
         if change.action == "add":
+            t0 = time.monotonic_ns()
             try:
                 info = describe(self.sysfs, change.bdf)
             except DeviceGone:
                 return
-            self._add_device(info, "hot_add", change)
+            timing = {
+                "queued_ms": (t0 - change.received_ns) / 1e6,
+                "describe_ms": (time.monotonic_ns() - t0) / 1e6,
+            }
+            self._add_device(info, "hot_add", change, timing)
         elif change.action == "remove" and not props.get("CHILD_SUBSYSTEM"):
             self._vanished(change.bdf, "surprise")
         elif props.get("ERROR_EVENT"):
@@ -528,7 +555,7 @@ class Service:
     def _redescribe(self, bdf: str) -> None:
         with self._lock:
             dev = self.devices.get(bdf)
-            if dev is None or dev.gone:
+            if dev is None or dev.gone or dev.resetting:  # config reads would block during a reset
                 return
             previous = dev.info
         try:
@@ -595,7 +622,9 @@ class Service:
         if event == "BEGIN_RECOVERY":
             return
         checkpoint = (
-            procedures.config_intact(self.sysfs, bdf, dev.info) if event == "SUCCESSFUL_RECOVERY" else None
+            procedures.config_intact(self.sysfs, bdf, dev.info)
+            if event == "SUCCESSFUL_RECOVERY" and not dev.resetting
+            else None
         )
         now = time.monotonic_ns()
         with self._lock:
@@ -760,11 +789,9 @@ class Service:
                     "skipped": "AER recovery in progress",
                 }
                 continue
-            if dev.gone or dev.busy or dev.states.health in ("DISCOVERED", "REMOVED"):
-                results[dev.bdf] = {
-                    "state": dev.states.health,
-                    "skipped": dev.busy or "not checkable now",
-                }
+            if dev.gone or dev.busy or dev.resetting or dev.states.health in ("DISCOVERED", "REMOVED"):
+                why = dev.busy or ("a reset is still running" if dev.resetting else "not checkable now")
+                results[dev.bdf] = {"state": dev.states.health, "skipped": why}
                 continue
             if not self.sysfs.exists(dev.bdf):
                 self._vanished(dev.bdf, "vanished")
@@ -783,6 +810,12 @@ class Service:
 
     # == protocol methods ================================================================
     def _m_hello(self, session: Session, req: protocol.Request) -> dict:
+        if session.fresh_on_hello:
+            with self._lock:
+                stale = session.discard_events()
+                session.subscribed, session.event_filter = False, None
+            if stale:
+                log(f"session {session.id}: hello started a fresh session ({stale} stale message(s) dropped)")
         versions = req.params.get("versions")
         if versions is not None and protocol.PROTOCOL_VERSION not in versions:
             raise ProtocolError(
@@ -848,7 +881,7 @@ class Service:
     def _m_subscribe(self, session: Session, req: protocol.Request):
         names = req.params.get("events")
         if names is not None:
-            unknown = [n for n in names if n not in protocol.EVENTS]
+            unknown = [n for n in names if not isinstance(n, str) or n not in protocol.EVENTS]
             if unknown or not names:
                 raise ProtocolError(
                     protocol.INVALID_PARAMS, f"subscribe: unknown event names {unknown[:5]}", req.id

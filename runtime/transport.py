@@ -44,9 +44,12 @@ class Session:
         self.dropped_pending = 0
         self.dropped_total = 0
         self.closed = False
+        # virtio-serial: a quick host reconnect can be invisible to the guest, so a
+        # hello there also starts a fresh session (see docs/protocol.md)
+        self.fresh_on_hello = False
         self._wake = wake
         self._lock = threading.Lock()
-        self._out: deque[bytes] = deque()
+        self._out: deque[tuple[bytes, bool]] = deque()  # (line, is an event)
         self._head = 0  # bytes of _out[0] already written
         self._bytes = 0
 
@@ -62,7 +65,7 @@ class Session:
                 self.dropped_pending += 1
                 self.dropped_total += 1
                 return False
-            self._out.append(data)
+            self._out.append((data, droppable))
             self._bytes += len(data)
         self._wake()
         return True
@@ -76,15 +79,25 @@ class Session:
 
     def peek(self) -> bytes:
         with self._lock:
-            return self._out[0][self._head :] if self._out else b""
+            return self._out[0][0][self._head :] if self._out else b""
 
     def consume(self, count: int) -> None:
         with self._lock:
             self._head += count
             self._bytes -= count
-            if self._out and self._head >= len(self._out[0]):
+            if self._out and self._head >= len(self._out[0][0]):
                 self._out.popleft()
                 self._head = 0
+
+    def discard_events(self) -> int:
+        """Drop queued events (replies stay, and so does a partly written line)."""
+        with self._lock:
+            keep = [m for i, m in enumerate(self._out) if (i == 0 and self._head) or not m[1]]
+            dropped = len(self._out) - len(keep)
+            self._out = deque(keep)
+            self._bytes = sum(len(m[0]) for m in keep) - (self._head if keep and self._head else 0)
+            self.dropped_pending = 0
+            return dropped
 
     def close(self) -> None:
         with self._lock:
@@ -392,7 +405,9 @@ class Server:
             if revents & select.POLLNVAL:
                 self._port_fd = None
             return
-        self._add_conn(_Conn(self._port_fd, self._new_session("virtio-serial host")))
+        session = self._new_session("virtio-serial host")
+        session.fresh_on_hello = True
+        self._add_conn(_Conn(self._port_fd, session))
         log("virtio-serial host connected: fresh session")
 
 

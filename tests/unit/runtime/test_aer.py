@@ -57,6 +57,17 @@ def test_recovered_nonfatal_follows_policy(policy_state, expected):
     assert aer.verdict(S, recovered=severity).health == expected
 
 
+def test_error_counted_just_before_the_recovery_belongs_to_it():
+    aer = DeviceAer(POLICY)
+    aer.record("fatal", 1, 0)  # the kernel log line made us read the counters first
+    aer.begin_recovery(S // 2)
+    assert aer.end_recovery(S) == "fatal"
+    assert aer.counts == {"correctable": 0, "nonfatal": 0, "fatal": 1}  # no extra error invented
+    aer.record("nonfatal", 1, 30 * S)
+    aer.begin_recovery(31 * S)
+    assert aer.end_recovery(31 * S) == "nonfatal"  # the old fatal one was explained already
+
+
 def test_recovery_without_a_counted_error_counts_one():
     aer = DeviceAer(POLICY)
     aer.begin_recovery(0)

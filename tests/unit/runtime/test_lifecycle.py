@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
-from hilconform.runtime.lifecycle import DeviceStates, IllegalTransition, TransitionTable
+from hilconform.runtime.lifecycle import DeviceStates, IllegalTransition, TransitionTable, render_markdown
 
 TABLE = TransitionTable.load()
 
@@ -111,3 +112,10 @@ def test_published_table_is_explicit_and_self_consistent():
         frm, to = key.split(">")
         assert to in published["views"]["health"]["states"]
         assert main in published["views"]["main"]["states"]
+
+
+def test_docs_lifecycle_md_matches_the_table():
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "lifecycle.md").read_text()
+    marker = "<!-- generated: python3 -m hilconform.runtime.lifecycle -->\n"
+    assert marker in doc
+    assert doc.split(marker, 1)[1] == render_markdown(TABLE), "regenerate docs/lifecycle.md"

@@ -10,8 +10,9 @@ import pytest
 from fakesysfs import ConfigBuilder
 from test_service import TIMEOUT, Client, Harness, healthy_nvme
 
-from hilconform.runtime import protocol
+from hilconform.runtime import procedures, protocol
 from hilconform.runtime.kernel_log import parse_record
+from hilconform.runtime.sysfs import Sysfs
 
 NVME = Harness.NVME
 
@@ -128,7 +129,12 @@ def test_remove_with_a_healthy_queue_drains_without_reset(harness):
     assert names.index(("deallocate", "hot_remove")) < names.index(("procedure", "power_off"))
     assert not c.events("reset")
     assert harness.fake.slot_value("1") == "0"
-    assert command_register(harness, NVME) & 0x4 == 0  # bus mastering off
+    off = c.events("procedure", procedure="hot_remove", step="bus_master_off")[0]
+    assert int(off["command_after"], 16) & 0x4 == 0 and int(off["command_before"], 16) & 0x4
+    s = [step for step, _ in steps(c, "hot_remove")]
+    assert s.index("bus_master_off") < s.index("drain")  # isolate: before the drain (HP-01)
+    assert s.index("deallocate") < s.index("bus_master_on") < s.index("power_off")  # driver shutdown
+    assert command_register(harness, NVME) & 0x4  # given back to the nvme driver's remove()
     removed = c.wait_state(NVME, "REMOVED")
     assert removed["cause"] == "hot_remove"
     assert c.ok("inventory")["devices"] == []
@@ -176,10 +182,24 @@ def test_wedged_reset_faults_the_device_without_blocking_the_removal(harness):
     assert faulted["cause"] == "hot_remove:reset_timeout"
     assert c.wait_event("deallocate", device=NVME)["reason"] == "faulted"
     c.wait_state(NVME, "REMOVED")
+    on = c.events("procedure", procedure="hot_remove", step="bus_master_on")[0]
+    assert on["status"] == "skipped" and "reset" in on["reason"]  # the kernel would block that access
     assert "result" in c.call("hello")  # still serving
     release.set()
     late = c.wait_event("reset", device=NVME, late=True)
     assert late["outcome"] == "ok"
+
+
+def test_a_blocking_config_write_is_bounded(harness, monkeypatch):
+    c = healthy_nvme(harness)
+    block = threading.Event()
+    monkeypatch.setattr(procedures, "CONFIG_WRITE_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(procedures, "set_bus_master", lambda *a: block.wait(TIMEOUT) and {})
+    t0 = time.monotonic()
+    summary = c.ok("remove", {"device": NVME})
+    block.set()
+    assert summary["ok"] and time.monotonic() - t0 < 5.0
+    assert [d["status"] for d in c.events("procedure", step="bus_master_off")] == ["timeout"]
 
 
 def test_bus_master_can_be_cleared_after_the_drain(harness):
@@ -277,3 +297,40 @@ def test_reset_without_a_reset_method_is_reported_unsupported(harness):
     c.wait_state(NVME, "HEALTHY")
     assert c.ok("reset", {"device": NVME})["outcome"] == "unsupported"
     assert c.ok("device", {"device": NVME})["state"] == "HEALTHY"
+
+
+def test_a_different_device_in_the_same_slot_is_flagged(harness):
+    c = healthy_nvme(harness)
+    harness.fake.remove_device(NVME)
+    harness.source.emit("remove", NVME)  # surprise: the location keeps its old identity
+    c.wait_state(NVME, "REMOVED")
+    harness.add_nvme(serial="OTHER-SERIAL")
+    harness.source.emit("add", NVME)
+    changed = c.wait_event("identity_changed", device=NVME)
+    assert changed["location"] == "slot:1"
+    assert c.ok("device", {"device": NVME})["identity_changed"] is True
+
+
+@pytest.mark.parametrize("driver", ["nvme", None])
+def test_bar_claimed_by_a_driver_is_checked_indirectly(harness, driver, monkeypatch):
+    monkeypatch.setattr(Sysfs, "read_mmio", lambda *a, **k: None)  # IO_STRICT_DEVMEM refuses the mmap
+    harness.add_nvme(driver=driver)
+    harness.start()
+    c = harness.client()
+    c.wait_event("procedure", procedure="hot_add", step="end")
+    mmio = c.events("procedure", procedure="hot_add", step="mmio")[0]
+    if driver:
+        assert mmio["status"] == "ok" and mmio["method"] == "indirect" and mmio["driver"] == "nvme"
+    else:
+        assert mmio["status"] == "failed" and "no driver bound" in mmio["error"]
+
+
+def test_recover_of_a_faulted_device_reruns_the_whole_self_check(harness):
+    harness.add_nvme(firmware="0.9")
+    harness.start(firmware={"1b36:0010": "1.0"})
+    c = harness.client()
+    c.wait_state(NVME, "FAULTED")
+    result = c.ok("recover", {"device": NVME})
+    assert result == {"recovered": False, "failed_step": "firmware", "detail": result["detail"]}
+    assert c.ok("device", {"device": NVME})["state"] == "FAULTED"
+    assert c.wait_event("reset", device=NVME, source="recover")["outcome"] == "ok"

@@ -7,6 +7,7 @@ exception, never silence), and replies are well-formed for the host side.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -84,17 +85,17 @@ def fuzz_client(tmp_path_factory):
     h.stop()
 
 
-def _replies_to(client: Client, line: bytes) -> list[dict]:
+def _replies_to(client: Client, line: bytes) -> tuple[list[dict], int]:
     before = len(client.pump())
     client.send_line(line)
     new = client.pump()[before:]
-    return [m for m in new if m["kind"] != "event"]
+    return [m for m in new if m["kind"] != "event"], before
 
 
 def _assert_one_answer(client: Client, line: bytes) -> None:
     if not line.strip():
         return  # documented: blank lines are ignored by the transport (never reach the handler)
-    out = _replies_to(client, line)
+    out, before = _replies_to(client, line)
     deferred = False
     try:
         req = json.loads(line)
@@ -108,7 +109,11 @@ def _assert_one_answer(client: Client, line: bytes) -> None:
         pass
     if deferred and not out:  # answered later from a worker thread: wait, so it is not counted later
         req_id = req.get("id")
-        client.wait(lambda m: m["kind"] != "event" and m.get("id") == req_id, what=f"deferred reply {line!r}")
+        client.wait(
+            lambda m: m["kind"] != "event" and m.get("id") == req_id,
+            what=f"deferred reply {line!r}",
+            seen=before,  # ids repeat across examples: only a reply to this line counts
+        )
         return
     assert len(out) == 1, (line, out)
     assert ("result" in out[0]) != ("error" in out[0])
@@ -171,3 +176,14 @@ def test_well_framed_requests_with_random_params(fuzz_client, method, params, re
 def test_the_runtime_still_answers_after_the_fuzzing(fuzz_client):
     assert fuzz_client.ok("hello")["protocol"] == 1
     assert fuzz_client.svc.stats_counts["internal_errors"] == 0
+
+
+def test_docs_protocol_md_describes_every_method_event_and_error():
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "protocol.md").read_text()
+    for name in list(protocol.METHODS) + list(protocol.EVENTS) + list(protocol.ERROR_CODES):
+        assert f"`{name}`" in doc, f"docs/protocol.md does not mention `{name}`"
+
+
+def test_subscribe_with_ill_typed_event_names(fuzz_client):
+    reply = fuzz_client.call("subscribe", {"events": [["x"], {"a": 1}]})
+    assert reply["error"]["code"] == protocol.INVALID_PARAMS

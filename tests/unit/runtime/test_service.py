@@ -17,6 +17,8 @@ import time
 
 import pytest
 from fakesysfs import ConfigBuilder, FakeSysfs, mem_bar, nvme_config, root_port_config
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hilconform.runtime import protocol
 from hilconform.runtime.config import ConfigError, load
@@ -553,3 +555,141 @@ def test_runtime_keeps_serving_while_procedures_run(harness):
     assert "result" in c.call("hello")
     for t in threads:
         t.join(TIMEOUT)
+
+
+# --- random operation sequences (LIFE-06 at unit level) --------------------------------------------
+DEVS = {"0000:01:00.0": ("0000:00:02.0", "1"), "0000:02:00.0": ("0000:00:03.0", "2")}
+op_strategy = st.tuples(
+    st.sampled_from(
+        [
+            "allocate",
+            "renew",
+            "release",
+            "aer_ok",
+            "aer_fail",
+            "remove",
+            "surprise",
+            "add",
+            "reset",
+            "recover",
+            "poll",
+            "lose_config",
+        ]
+    ),
+    st.sampled_from(sorted(DEVS)),
+)
+
+
+def check_consistency(h: Harness, c: Client) -> None:
+    svc = h.svc
+    with svc._lock:
+        svc.leases.check_invariants()
+        for bdf, dev in svc.devices.items():
+            held = svc.leases.holder_of(bdf) is not None
+            assert held == (dev.states.health == "ALLOCATED"), (bdf, dev.states.health, held)
+        for lease in svc.leases.all():
+            assert all(b in svc.devices for b in lease.devices)
+    assert svc.stats_counts["internal_errors"] == 0
+    last: dict[tuple[str, str], str] = {}
+    present: dict[str, bool] = {}
+    for m in c.pump():
+        if m["kind"] != "event":
+            continue
+        d = m["data"]
+        if m["event"] == "discovered":
+            last[(d["device"], "health")], last[(d["device"], "main")] = "DISCOVERED", "POWER_OFF"
+            assert not present.get(d["device"]), f"{d['device']} discovered twice while present"
+            present[d["device"]] = True
+        elif m["event"] == "removed":
+            present[d["device"]] = False
+        elif m["event"] == "transition":
+            key = (d["device"], d["view"])
+            assert last.get(key) == d["from"], (key, last.get(key), d)
+            assert svc.table.allowed(d["view"], d["from"], d["to"])
+            last[key] = d["to"]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(op_strategy, min_size=3, max_size=14))
+def test_random_sequences_keep_state_leases_and_events_consistent(tmp_path_factory, ops):
+    h = Harness(tmp_path_factory.mktemp("seq"), hot_add_step_timeout_ms=100)
+    for bdf, (port, slot) in DEVS.items():
+        h.add_nvme(bdf, port=port, slot=slot, serial=f"S{slot}")
+    h.start()
+    c = h.client()
+    try:
+        for bdf in DEVS:
+            c.wait_event("procedure", procedure="hot_add", device=bdf, step="end")
+        for op, bdf in ops:
+            exists = h.fake.sysfs.exists(bdf)
+            leases = [lease.id for lease in h.svc.leases.all()]
+            if op == "allocate":
+                c.call("allocate", {"device": bdf})
+            elif op == "renew" and leases:
+                c.call("renew", {"lease": leases[0]})
+            elif op == "release" and leases:
+                c.call("release", {"lease": leases[-1]})
+            elif op in ("aer_ok", "aer_fail") and exists and bdf in h.svc.devices:
+                n = len(c.events("aer", device=bdf))
+                h.source.emit("change", bdf, ERROR_EVENT="BEGIN_RECOVERY", DEVICE_ONLINE="0")
+                end = "SUCCESSFUL_RECOVERY" if op == "aer_ok" else "FAILED_RECOVERY"
+                h.source.emit("change", bdf, ERROR_EVENT=end, DEVICE_ONLINE="1")
+                c.wait(lambda m, n=n, bdf=bdf: len(c.events("aer", device=bdf)) >= n + 2, what="aer events")
+            elif op == "remove":
+                c.call("remove", {"device": bdf})
+            elif op == "surprise" and exists:
+                h.fake.remove_device(bdf)
+                h.source.emit("remove", bdf)
+                c.wait(lambda m, bdf=bdf: bdf not in h.svc.devices, what="surprise removal")
+            elif op == "add" and not exists:
+                port, slot = DEVS[bdf]
+                h.add_nvme(bdf, port=port, slot=slot, serial=f"S{slot}")
+                n = len(c.events("procedure", procedure="hot_add", device=bdf, step="end"))
+                h.source.emit("add", bdf)
+                c.wait(
+                    lambda m, n=n, bdf=bdf: (
+                        len(c.events("procedure", procedure="hot_add", device=bdf, step="end")) > n
+                    ),
+                    what="hot add",
+                )
+            elif op == "reset":
+                c.call("reset", {"device": bdf, "force": True})
+            elif op == "recover":
+                c.call("recover", {"device": bdf})
+            elif op == "poll":
+                c.call("health_poll")
+            elif op == "lose_config" and exists:
+                h.fake.lose_config(bdf)
+            check_consistency(h, c)
+        assert "result" in c.call("hello")
+    finally:
+        h.stop()
+
+
+def test_hello_on_a_single_stream_port_starts_a_fresh_session(harness):
+    c = healthy_nvme(harness)
+    c.session.fresh_on_hello = True  # as the virtio-serial transport sets it
+    before = len(c.pump())
+    c.session.send(protocol.event("kernel", 1, 1, {"kind": "stale", "line": "old session"}), droppable=True)
+    c.session.send(protocol.event("kernel", 2, 2, {"kind": "stale", "line": "old session"}), droppable=True)
+    c.send_line(protocol.encode(protocol.request("h", "hello")))
+    assert [m["kind"] for m in c.pump()[before:]] == ["reply"]  # stale output dropped
+    assert not c.session.subscribed
+    c.ok("allocate", {"device": Harness.NVME})
+    assert not c.events("lease")  # unsubscribed by the hello
+
+
+def test_discard_drops_events_but_keeps_replies_and_a_partly_written_line():
+    session = Session(1, "t", 1 << 20, lambda: None)
+    session.send(protocol.event("kernel", 1, 1, {"kind": "k", "line": "a"}), droppable=True)
+    session.send(protocol.reply(7, {"x": 1}))
+    session.send(protocol.event("kernel", 2, 2, {"kind": "k", "line": "b"}), droppable=True)
+    session.consume(3)
+    assert session.discard_events() == 1
+    rest = b""
+    while chunk := session.peek():
+        session.consume(len(chunk))
+        rest += chunk
+    lines = rest.split(b"\n")
+    assert b'"line":"a"' in lines[0] and protocol.decode_message(lines[1])["id"] == 7 and lines[2] == b""
+    assert session.output_bytes() == 0
