@@ -45,6 +45,7 @@ class EmulatedVM:
         keep: bool = False,
         runtime_config: str | None = None,
         runtime_module: str | None = None,
+        allow_reboot: bool = False,
     ):
         self.profile = profile
         self.image = image or GuestImage.locate()
@@ -52,6 +53,9 @@ class EmulatedVM:
         self.keep = keep
         self.runtime_config = runtime_config
         self.runtime_module = runtime_module
+        # Without -no-reboot a guest reboot (or QMP system_reset) restarts the guest
+        # instead of ending QEMU; a kernel panic then loops until the ready deadline.
+        self.allow_reboot = allow_reboot
         self.qemu_binary = qemu_binary()
         self.qemu_version = qemu_version(self.qemu_binary)
         self.layout: InstanceLayout | None = None
@@ -74,6 +78,8 @@ class EmulatedVM:
                 if slot.populated and self.profile.kind(slot.device).queue == "nbd":
                     self.queue_backend(slot.name)
             argv = build_argv(self.qemu_binary, self.profile, self.image, self.layout, self.accel)
+            if self.allow_reboot:
+                argv.remove("-no-reboot")
             (self.layout.folder / "qemu.argv.json").write_text(json.dumps(argv, indent=1))
             self.qemu = ChildProcess("qemu", argv, self.layout.qemu_log, self.layout.pids)
             wait_for_path(self.layout.qmp_socket, 15.0, self.qemu)
@@ -106,6 +112,19 @@ class EmulatedVM:
             backend.start()
             self.queues[slot_name] = backend
         return self.queues[slot_name]
+
+    def reboot(self, ready_timeout_s: float | None = None) -> float:
+        """Hard-reset the guest (QMP system_reset) and wait until it is ready again."""
+        if not self.allow_reboot:
+            raise InfrastructureError("this VM was started without allow_reboot")
+        ready_timeout_s = ready_timeout_s or self.profile.budgets.get("guest_ready_s", 90.0)
+        started = time.monotonic()
+        mark = self.qmp.mark()
+        self.qmp.execute("system_reset")
+        self.qmp.wait_event("RESET", after=mark, timeout_s=10, alive=self.check_alive)
+        self.agent.close()
+        self.agent.wait_ready(ready_timeout_s, alive=self.check_alive)
+        return time.monotonic() - started
 
     def check_alive(self) -> None:
         """Raise QemuDied (with QEMU's output and the console tail) if QEMU is gone."""

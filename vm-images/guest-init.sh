@@ -47,6 +47,7 @@ if [ -f "$config" ]; then
     module=hilconform.runtime
     [ -f /opt/hilconform/run/runtime.module ] && module=$(head -n1 /opt/hilconform/run/runtime.module)
     python3 -m "$module" --config "$config" > /run/hilconform/runtime.log 2>&1 &
+    echo $! > /run/hilconform/runtime.pid
     log "runtime $module started (pid $!)"
 fi
 log "ready"
