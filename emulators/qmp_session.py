@@ -21,6 +21,7 @@ from typing import Any
 from qemu.qmp import EventListener, ExecuteError, QMPClient
 
 from .errors import QmpError, WaitTimeout
+from .event_log import EventLog
 
 DEFAULT_TIMEOUT_S = 10.0
 
@@ -34,8 +35,7 @@ class QmpSession:
         self._client.register_listener(self._listener)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="qmp", daemon=True)
-        self._events: list[dict[str, Any]] = []
-        self._cond = threading.Condition()
+        self._events = EventLog()
         self._log = open(event_log, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self._pump: asyncio.Task | None = None
         self._closed = False
@@ -114,38 +114,24 @@ class QmpSession:
             }
             self._log.write(json.dumps(event) + "\n")
             self._log.flush()
-            with self._cond:
-                self._events.append(event)
-                self._cond.notify_all()
+            self._events.append(event)
 
     def mark(self) -> int:
-        """Sequence number of the newest event; wait_event(after=mark) sees only later ones."""
-        with self._cond:
-            return len(self._events)
+        """Position of the newest event; wait_event(after=mark) sees only later ones."""
+        return self._events.mark()
 
     def events(self, after: int = 0) -> list[dict[str, Any]]:
-        with self._cond:
-            return list(self._events[after:])
+        return self._events.since(after)
 
     def wait_event(self, name: str, after: int, timeout_s: float,
                    match: Callable[[dict[str, Any]], bool] | None = None,
                    alive: Callable[[], None] | None = None) -> dict[str, Any]:
-        """Wait for event `name` with seq > after (and `match(data)`), or raise WaitTimeout.
+        """Wait for event `name` after `after` (and `match(data)`), or raise WaitTimeout.
 
         `alive` is called while waiting; it raises if the VM died, so a dead QEMU
         is reported as such rather than as a timeout.
         """
-        deadline = time.monotonic() + timeout_s
-        seen = after
-        with self._cond:
-            while True:
-                for event in self._events[seen:]:
-                    if event["event"] == name and (match is None or match(event["data"])):
-                        return event
-                seen = len(self._events)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise WaitTimeout(f"QMP event {name} did not arrive within {timeout_s:.1f}s")
-                self._cond.wait(min(remaining, 0.25))
-                if alive is not None:
-                    alive()
+        return self._events.wait_for(
+            name, after, timeout_s, match, alive=alive,
+            on_timeout=lambda: WaitTimeout(f"QMP event {name} did not arrive within {timeout_s:.1f}s"),
+        )
