@@ -40,16 +40,53 @@ def port_args(slot: Slot, index: int) -> list[str]:
 
 
 def queue_node(slot_name: str) -> str:
+    """The block node a queue device is attached to (the top of its chain: the throttle)."""
     return f"q-{slot_name}"
 
 
+def queue_format_node(slot_name: str) -> str:
+    """The raw format node in a queue chain; fault injection re-points its `file` child."""
+    return f"q-{slot_name}-raw"
+
+
+def queue_nbd_node(slot_name: str) -> str:
+    """The NBD client node at the bottom of a queue chain (talks to the slot's qemu-nbd)."""
+    return f"q-{slot_name}-nbd"
+
+
+def throttle_group(slot_name: str) -> str:
+    """The QOM id of the slot's throttle group (unlimited until a fault sets limits)."""
+    return f"tg-{slot_name}"
+
+
+def throttle_group_object(slot_name: str) -> dict:
+    """`-object` / `object-add` arguments of the slot's throttle group (no limits)."""
+    return {"qom-type": "throttle-group", "id": throttle_group(slot_name)}
+
+
 def nbd_blockdev(layout: InstanceLayout, slot_name: str) -> dict:
-    """The NBD client node that backs a queue device (QMP blockdev-add arguments)."""
+    """The node chain behind a queue device, as one QMP blockdev-add argument.
+
+    device -> throttle `q-<slot>` (group `tg-<slot>`) -> raw `q-<slot>-raw` ->
+    nbd `q-<slot>-nbd` -> the slot's qemu-nbd. The throttle lets a fault slow the
+    queue (qom-set the group's limits); the raw node lets a fault swap a blkdebug
+    node in under it (blockdev-reopen) to fail requests. Needs the slot's
+    throttle group to exist (the command line creates one per slot).
+    """
     return {
-        "driver": "nbd",
+        "driver": "throttle",
         "node-name": queue_node(slot_name),
-        "server": {"type": "unix", "path": str(layout.nbd_socket(slot_name))},
-        "export": slot_name,
+        "throttle-group": throttle_group(slot_name),
+        "file": {
+            "driver": "raw",
+            "node-name": queue_format_node(slot_name),
+            "file": {
+                "driver": "nbd",
+                "node-name": queue_nbd_node(slot_name),
+                "server": {"type": "unix", "path": str(layout.nbd_socket(slot_name))},
+                "export": slot_name,
+            },
+        },
     }
 
 
@@ -102,11 +139,14 @@ def build_argv(
     if profile.hotplug_mode == "native":
         argv += ["-global", "ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off"]
     for index, slot in enumerate(profile.slots):
+        # One throttle group per slot, so any queue device (cold- or hot-plugged) can be slowed.
+        argv += ["-object", json.dumps(throttle_group_object(slot.name), separators=(",", ":"))]
         argv += port_args(slot, index)
         if slot.populated:
             kind = profile.kind(slot.device)
             if kind.queue == "nbd":
-                argv += ["-blockdev", json.dumps(nbd_blockdev(layout, slot.name))]
+                argv += ["-blockdev", json.dumps(nbd_blockdev(layout, slot.name),
+                                                 separators=(",", ":"))]
             argv += _device(**stand_in_device(slot, kind, slot.name))
     return argv
 

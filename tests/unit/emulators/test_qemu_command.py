@@ -11,7 +11,7 @@ from hilconform.emulators.errors import InfrastructureError
 from hilconform.emulators.image import GuestImage
 from hilconform.emulators.layout import InstanceLayout
 from hilconform.emulators.profile import load_profile
-from hilconform.emulators.qemu_command import build_argv
+from hilconform.emulators.qemu_command import build_argv, nbd_blockdev, queue_node
 
 IMAGE = GuestImage(Path("/img/vmlinux"), Path("/img/initramfs.cpio"), Path("/img/rootfs.ext4"), "6.1")
 LAYOUT = InstanceLayout(Path("/tmp/hilc/x"))
@@ -34,7 +34,31 @@ def test_a100_argv_has_ports_devices_and_no_defaults():
     assert [n["bus"] for n in nvmes] == ["rp-gpu0", "rp-gpu1", "rp-gpu2", "rp-gpu3"]
     assert len({n["serial"] for n in nvmes}) == 4  # distinct identities
     blockdevs = [json.loads(argv[i + 1]) for i, a in enumerate(argv) if a == "-blockdev"]
-    assert {b["driver"] for b in blockdevs} == {"nbd"}
+    assert [b["node-name"] for b in blockdevs] == [n["drive"] for n in nvmes]
+
+
+def test_queue_devices_sit_on_a_throttle_raw_nbd_chain():
+    argv = build_argv("qemu", load_profile("a100"), IMAGE, LAYOUT)
+    objects = [json.loads(argv[i + 1]) for i, a in enumerate(argv) if a == "-object"]
+    # one throttle group per slot (empty ones too, for hot-added queue devices), no limits
+    assert objects == [{"qom-type": "throttle-group", "id": f"tg-{name}"}
+                       for name in ("gpu0", "gpu1", "gpu2", "gpu3", "spare0", "spare1")]
+    blockdevs = [json.loads(argv[i + 1]) for i, a in enumerate(argv) if a == "-blockdev"]
+    top = blockdevs[0]
+    assert (top["driver"], top["node-name"], top["throttle-group"]) == ("throttle", "q-gpu0", "tg-gpu0")
+    raw = top["file"]
+    assert (raw["driver"], raw["node-name"]) == ("raw", "q-gpu0-raw")
+    nbd = raw["file"]
+    assert (nbd["driver"], nbd["node-name"], nbd["export"]) == ("nbd", "q-gpu0-nbd", "gpu0")
+    assert nbd["server"] == {"type": "unix", "path": "/tmp/hilc/x/nbd-gpu0.sock"}
+
+
+def test_hot_add_chain_matches_the_command_line():
+    # hotplug.hot_add blockdev-adds nbd_blockdev(): the same chain a cold-plugged slot gets.
+    argv = build_argv("qemu", load_profile("a100"), IMAGE, LAYOUT)
+    cold = [json.loads(argv[i + 1]) for i, a in enumerate(argv) if a == "-blockdev"][1]
+    assert cold == nbd_blockdev(LAYOUT, "gpu1")
+    assert nbd_blockdev(LAYOUT, "spare0")["node-name"] == queue_node("spare0")
 
 
 def test_acpi_mode_keeps_the_acpi_default():

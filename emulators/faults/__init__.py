@@ -1,0 +1,73 @@
+"""Fault injectors for emulated hosts: each one checks its target, injects, and verifies.
+
+    faults = FaultInjector(vm)
+    "aer-fatal" in faults.capabilities            # what this host can do
+    rec = faults.aer_fatal("gpu0")                # FaultRecord, verified in the guest
+    stall = faults.stall_queue("gpu1", resume_after_s=3)
+    faults.restore_all()                          # undo what is still in effect
+
+Every method resolves its target first (a slot name, or the QEMU id of a
+device below a slot's root port), checks that the host and the device have
+the capability, injects through QMP/HMP (or, for lost configuration, through
+the guest), then waits with a deadline until the guest shows the fault took
+effect. It returns a `FaultRecord` with host monotonic timestamps
+(`time.monotonic_ns()`): `requested_ns` just before the injecting command,
+`injected_ns` when its reply came back, `verified_ns` when the check passed.
+
+A bad target, a missing capability, a QEMU reply that is not success, or a
+fault that does not show within its deadline raises `FaultError` naming the
+fault and the target: trouble with the test bed, never a verdict on the
+runtime. One module per fault family (hotplug, aer, queue, config); see
+docs/faults.md for what each fault does in QEMU 7.2, how it is verified, the
+measured timings and the limits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..errors import FaultError
+from .aer import CORRECTABLE_ERRORS, FATAL_ERRORS, NONFATAL_ERRORS, AerFaults
+from .base import ALL_CAPABILITIES, QUEUE_CAPABILITIES, FaultRecord, Target
+from .config import ConfigFaults
+from .hotplug import HotplugFaults
+from .queue import QueueFaults, QueueStall
+
+__all__ = [
+    "ALL_CAPABILITIES", "CORRECTABLE_ERRORS", "FATAL_ERRORS", "NONFATAL_ERRORS",
+    "QUEUE_CAPABILITIES", "FaultError", "FaultInjector", "FaultRecord", "QueueStall", "Target",
+]
+
+
+class FaultInjector(HotplugFaults, AerFaults, QueueFaults, ConfigFaults):
+    """The faults an emulated host can suffer, each verified to have taken effect.
+
+    Use as a context manager (or call restore_all()) to undo the faults still in
+    effect: stalls resumed, throttles lifted, I/O errors cleared, lost
+    configuration restored. Hot-adds and removals stay.
+    """
+
+    def __enter__(self) -> FaultInjector:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.restore_all()
+
+    def restore_all(self) -> None:
+        """Undo every fault of this injector still in effect; FaultError lists what failed."""
+        for slot, stall in list(self._stalls.items()):
+            stall.resume()
+            del self._stalls[slot]
+        undo: list[tuple[Callable[[str], object], str]] = [
+            *((self.clear_io_errors, s) for s in sorted(self._erroring)),
+            *((self.restore_queue_speed, s) for s in sorted(self._slowed)),
+            *((self.restore_config, s) for s in sorted(self._lost_config)),
+        ]
+        problems = []
+        for action, slot in undo:
+            try:
+                action(slot)
+            except FaultError as exc:
+                problems.append(str(exc))
+        if problems:
+            raise FaultError("restoring faults failed: " + "; ".join(problems))

@@ -1,0 +1,104 @@
+"""AER: uncorrectable non-fatal and fatal errors at the root port above a slot's device."""
+
+from __future__ import annotations
+
+import time
+
+from ..errors import FaultError
+from .base import FaultRecord, FaultsBase
+
+AER_TIMEOUT_S = 10.0
+# Uncorrectable errors by their default severity (the Uncorrectable Error Severity
+# register's reset value, which QEMU 7.2 and the guest kernel keep). The HMP names.
+FATAL_ERRORS = frozenset({"DLP", "SDN", "FCP", "RX_OVER", "MALF_TLP", "INTN"})
+NONFATAL_ERRORS = frozenset({
+    "POISON_TLP", "COMP_TIME", "COMP_ABORT", "UNX_COMP", "ECRC", "UNSUP", "ACSV", "MCBTLP",
+    "ATOP_EBLOCKED", "TLP_PRF_BLOCKED",
+})
+# Correctable errors are never delivered to the guest by QEMU 7.2: refused up front.
+CORRECTABLE_ERRORS = frozenset({
+    "RCVR", "BAD_TLP", "BAD_DLLP", "REP_ROLL", "REP_TIMER", "ADV_NONFATAL", "INTERNAL",
+    "HL_OVERFLOW",
+})
+
+
+class AerFaults(FaultsBase):
+    def aer_nonfatal(self, target: str, error: str = "UNSUP", wait_recovery: bool = False,
+                     timeout_s: float = AER_TIMEOUT_S) -> FaultRecord:
+        """Uncorrectable non-fatal error at the root port above the target's device."""
+        if error.upper() not in NONFATAL_ERRORS:
+            raise FaultError(f"aer-nonfatal at {target}: {error!r} is not a non-fatal "
+                             f"uncorrectable error (use one of {', '.join(sorted(NONFATAL_ERRORS))})")
+        return self.aer(target, error, wait_recovery, timeout_s)
+
+    def aer_fatal(self, target: str, error: str = "DLP", wait_recovery: bool = False,
+                  timeout_s: float = AER_TIMEOUT_S) -> FaultRecord:
+        """Uncorrectable fatal error at the root port above the target's device (link reset)."""
+        if error.upper() not in FATAL_ERRORS:
+            raise FaultError(f"aer-fatal at {target}: {error!r} is not a fatal uncorrectable "
+                             f"error (use one of {', '.join(sorted(FATAL_ERRORS))})")
+        return self.aer(target, error, wait_recovery, timeout_s)
+
+    def aer(self, target: str, error: str, wait_recovery: bool = False,
+            timeout_s: float = AER_TIMEOUT_S) -> FaultRecord:
+        """HMP `pcie_aer_inject_error <port> <error>`; verified by the port's AER counters.
+
+        `error` is an HMP error name (or a number QEMU accepts). The guest counts an
+        error injected at a root port on the port (aer_rootport_total_err_*), not
+        on the endpoint. wait_recovery=True also waits for the kernel's "device
+        recovery successful|failed" line for the port (details["recovery"]).
+        """
+        severity = ("fatal" if error.upper() in FATAL_ERRORS else
+                    "nonfatal" if error.upper() in NONFATAL_ERRORS else None)
+        fault = f"aer-{severity}" if severity else "aer"
+        if error.upper() in CORRECTABLE_ERRORS:
+            raise FaultError(f"{fault} at {target}: correctable error {error!r} is never "
+                             f"delivered to the guest by QEMU 7.2")
+        resolved = self._resolve(fault, target)
+        if severity != "nonfatal":  # a fatal error resets the link, hence the device
+            self._refuse_if_freezing(fault, resolved)
+        port = f"/sys/bus/pci/devices/{resolved.port_bdf}"
+        before = self._aer_counters(port)
+        recoveries = self._recovery_lines(resolved.port_bdf) if wait_recovery else None
+        command = f"pcie_aer_inject_error {resolved.port_id} {error}"
+        requested_ns = time.monotonic_ns()
+        reply = self._hmp(fault, target, command)
+        injected_ns = time.monotonic_ns()
+        if not reply.startswith("OK id:"):
+            raise FaultError(f"{fault} at {target}: QEMU refused `{command}`: {reply.strip()}")
+
+        def counted():
+            after = self._aer_counters(port)
+            grew = [k for k in after if after[k] > before[k]]
+            wanted = f"rootport_{severity}" if severity else None
+            return after if (wanted in grew if wanted else grew) else None
+
+        after = self._wait(fault, target, timeout_s, counted,
+                           f"the guest counting the error on port {resolved.port_bdf}")
+        verified_ns = time.monotonic_ns()
+        details = {"error": error, "port_bdf": resolved.port_bdf, "device_bdf": resolved.device.bdf,
+                   "counters_before": before, "counters_after": after, "hmp_reply": reply.strip()}
+        if wait_recovery:
+            def recovered():
+                lines = self._recovery_lines(resolved.port_bdf)
+                new = lines[len(recoveries):]
+                return new[-1] if new else None
+
+            line = self._wait(fault, target, timeout_s, recovered,
+                              f"the kernel's recovery line for port {resolved.port_bdf}")
+            details["recovery"] = "successful" if line.endswith("successful") else "failed"
+            details["recovered_ns"] = time.monotonic_ns()
+        return FaultRecord(fault, resolved.name, resolved.port_id, requested_ns, injected_ns,
+                           verified_ns, details)
+
+    def _aer_counters(self, port: str) -> dict[str, int]:
+        return {
+            f"rootport_{sev}": int(self.vm.agent.read_file(
+                f"{port}/aer_rootport_total_err_{sev}").decode().strip() or 0)
+            for sev in ("fatal", "nonfatal")
+        }
+
+    def _recovery_lines(self, port_bdf: str) -> list[str]:
+        needle = f"pcieport {port_bdf}: AER: device recovery"
+        dmesg = self.vm.agent.run(["dmesg"], timeout_s=20).stdout
+        return [line.strip() for line in dmesg.splitlines() if needle in line]

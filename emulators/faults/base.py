@@ -1,0 +1,188 @@
+"""What every fault family shares: the record, target resolution, capabilities, checks.
+
+The fault families (hotplug, aer, queue, config) are mixins over `FaultsBase`;
+`FaultInjector` in this package's __init__ joins them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..errors import FaultError, QmpError
+from ..pci_inventory import PciFunction, query_pci
+from ..profile import DeviceKind, Slot
+from ..workload import Workload
+
+QUEUE_CAPABILITIES = frozenset({"queue-stall", "queue-slow", "io-errors"})
+ALL_CAPABILITIES = frozenset({
+    "hotplug", "orderly-removal", "surprise-removal", "aer-nonfatal", "aer-fatal",
+    *QUEUE_CAPABILITIES, "config-loss",
+})
+POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class FaultRecord:
+    """What a fault injector did, with host monotonic timestamps (ns)."""
+
+    fault: str  # e.g. "aer-fatal"
+    target: str  # the slot it hit
+    device_id: str  # QEMU id of what QEMU acted on (the device, or the port for AER)
+    requested_ns: int  # just before the injecting command was sent
+    injected_ns: int  # when QEMU (or the guest, for config loss) answered it
+    verified_ns: int  # when the guest showed the fault had taken effect
+    details: dict = field(default_factory=dict)
+
+    @property
+    def took_effect_s(self) -> float:
+        """Seconds from the injecting command's reply to the verified effect."""
+        return (self.verified_ns - self.injected_ns) / 1e9
+
+
+@dataclass(frozen=True)
+class Target:
+    """A resolved fault target: the slot, its root port, and what sits below it."""
+
+    slot: Slot
+    port_bdf: str
+    device: PciFunction | None
+    kind: DeviceKind | None  # the stand-in kind, matched by vendor:device
+
+    @property
+    def name(self) -> str:
+        return self.slot.name
+
+    @property
+    def port_id(self) -> str:
+        return self.slot.port_id
+
+
+class FaultsBase:
+    def __init__(self, vm):
+        self.vm = vm
+        self.workload = Workload(vm)
+        self._stalls: dict = {}  # slot -> QueueStall still in effect
+        self._slowed: set[str] = set()
+        self._erroring: set[str] = set()
+        self._lost_config: dict[str, dict[str, int]] = {}  # slot -> config before the loss
+
+    # -- capabilities -------------------------------------------------------------------------
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """What this host can suffer: the union of its slots' capabilities."""
+        caps: set[str] = set()
+        for slot in self.vm.profile.slots:
+            caps |= self.slot_capabilities(slot.name)
+        return frozenset(caps)
+
+    def slot_capabilities(self, slot_name: str) -> frozenset[str]:
+        """Faults a slot supports, from the profile (its device, or what a hot-add puts there).
+
+        Removal without warning needs an ACPI hot-plug host: QEMU 7.2 has no
+        surprise removal under native pciehp (docs/faults.md). Queue faults need
+        a stand-in whose queue is an NBD export (nvme), not edu.
+        """
+        slot = self._slot("capabilities", slot_name)
+        caps = {"hotplug", "aer-nonfatal", "aer-fatal", "config-loss"}
+        caps.add("orderly-removal" if self.vm.profile.hotplug_mode == "native" else "surprise-removal")
+        kind = self.vm.profile.kind(slot.device if slot.populated else slot.accepts)
+        if kind.queue == "nbd":
+            caps |= QUEUE_CAPABILITIES
+        return frozenset(caps)
+
+    def require(self, capability: str, slot_name: str | None = None) -> None:
+        """Raise FaultError if the host (or the slot) lacks a capability."""
+        if capability not in ALL_CAPABILITIES:
+            raise FaultError(f"unknown fault capability {capability!r} (known: "
+                             f"{', '.join(sorted(ALL_CAPABILITIES))})")
+        have = self.slot_capabilities(slot_name) if slot_name else self.capabilities
+        if capability not in have:
+            where = f"slot {slot_name} of " if slot_name else ""
+            raise FaultError(f"{capability}: {where}host {self.vm.profile.name} "
+                             f"({self.vm.profile.hotplug_mode} hot-plug) lacks it; it has "
+                             f"{', '.join(sorted(have))}")
+
+    # -- targets ------------------------------------------------------------------------------
+    def _slot(self, fault: str, name: str) -> Slot:
+        for slot in self.vm.profile.slots:
+            if slot.name == name:
+                return slot
+        known = ", ".join(s.name for s in self.vm.profile.slots)
+        raise FaultError(f"{fault} at {name}: host {self.vm.profile.name} has no slot {name!r} "
+                         f"(slots: {known})")
+
+    def _resolve(self, fault: str, name: str, need_device: bool = True) -> Target:
+        """A slot name, or the QEMU id of a device below a slot's root port."""
+        functions = query_pci(self.vm.qmp)
+        by_id = {f.qdev_id: f for f in functions if f.qdev_id}
+        slots = {s.name: s for s in self.vm.profile.slots}
+        if name in slots:
+            slot = slots[name]
+        elif name in by_id:
+            device = by_id[name]
+            bus = int(device.bdf.split(":")[1], 16)
+            port = next((f for f in functions if f.secondary_bus == bus), None)
+            if port is None:
+                raise FaultError(f"{fault} at {name}: device {name} ({device.bdf}) sits on the root "
+                                 f"complex, with no root port above it")
+            slot = next((s for s in slots.values() if s.port_id == port.qdev_id), None)
+            if slot is None:
+                raise FaultError(f"{fault} at {name}: device {name} ({device.bdf}) is below "
+                                 f"{port.qdev_id or port.bdf}, which is not a slot of this host")
+        else:
+            raise FaultError(f"{fault} at {name}: no slot or device {name!r} on host "
+                             f"{self.vm.profile.name} (slots: {', '.join(slots)})")
+        port = by_id.get(slot.port_id)
+        if port is None or port.secondary_bus is None:
+            raise FaultError(f"{fault} at {name}: root port {slot.port_id} not found in QEMU")
+        below = f"0000:{port.secondary_bus:02x}:00.0"
+        device = next((f for f in functions if f.bdf == below), None)
+        if need_device and device is None:
+            raise FaultError(f"{fault} at {name}: slot {slot.name} is empty")
+        kind = None
+        if device is not None:
+            kind = next((k for k in self.vm.profile.kinds.values()
+                         if f"{k.vendor}:{k.device}" == device.ids), None)
+        return Target(slot, port.bdf, device, kind)
+
+    # -- guards -------------------------------------------------------------------------------
+    def _refuse_if_freezing(self, fault: str, target: Target) -> None:
+        """A reset or removal of an nvme with a stuck request freezes QEMU until it resumes."""
+        backend = self.vm.queues.get(target.name)
+        stall = self._stalls.get(target.name)
+        if backend is not None and backend.stalled and not (stall and stall.auto_resumes):
+            raise FaultError(
+                f"{fault} at {target.name}: the slot's queue is stalled with no automatic resume, "
+                f"and QEMU 7.2 freezes (QMP too) while resetting or removing an nvme whose request "
+                f"is stuck; stall it with resume_after_s, or resume it first")
+
+    def _refuse_if_stalled(self, fault: str, target: Target, why: str) -> None:
+        backend = self.vm.queues.get(target.name)
+        if backend is not None and backend.stalled:
+            raise FaultError(f"{fault} at {target.name}: the slot's queue is stalled ({why})")
+
+    # -- QEMU and waiting ---------------------------------------------------------------------
+    def _qmp(self, fault: str, target: str, command: str, arguments: dict | None = None):
+        try:
+            return self.vm.qmp.execute(command, arguments)
+        except QmpError as exc:
+            raise FaultError(f"{fault} at {target}: {exc}") from None
+
+    def _hmp(self, fault: str, target: str, command: str) -> str:
+        try:
+            return self.vm.qmp.hmp(command)
+        except QmpError as exc:
+            raise FaultError(f"{fault} at {target}: {exc}") from None
+
+    def _wait(self, fault: str, target: str, timeout_s: float, probe, awaited: str):
+        """Call probe() until it returns something truthy; FaultError after timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            result = probe()
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                raise FaultError(f"{fault} at {target}: no sign of {awaited} within {timeout_s:.1f}s")
+            self.vm.check_alive()
+            time.sleep(POLL_S)
