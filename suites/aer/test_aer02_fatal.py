@@ -1,0 +1,79 @@
+"""AER-02: a fatal error resets the link; the device recovers (reset recorded) or is FAULTED.
+
+A fatal uncorrectable error injected at the root port above a device makes the
+guest kernel reset the link ("Root Port link has been reset") and recover the
+device below it (nvme: successful; a device without driver handlers, e.g. edu:
+failed). The guest's dmesg is the independent evidence; the runtime must
+record the link reset (`reset` event, source `kernel_aer`) and give the state
+its declared policy (`fatal_recovered`) asks for, or FAULTED when recovery failed.
+"""
+
+from __future__ import annotations
+
+import pytest
+from aer_support import (
+    aer_policy,
+    expected_state,
+    health_transitions,
+    populated_slots,
+    ready_device,
+    resets_of,
+    settle_state,
+    slot_bdf,
+    subscribe,
+    wait_aer,
+    wait_recovery_outcome,
+)
+
+
+def _link_resets(host, port_bdf: str) -> int:
+    dmesg = host.run(["dmesg"], timeout_s=20).check().stdout
+    return sum(1 for line in dmesg.splitlines()
+               if f"pcieport {port_bdf}:" in line and "link has been reset" in line)
+
+
+@pytest.mark.clause("AER-02")
+@pytest.mark.destructive
+def test_aer02_fatal_error_link_reset_then_recovered_or_faulted(host, measurements):
+    slot = populated_slots(host, "aer-fatal")[0]
+    bdf = slot_bdf(host, slot)
+    runtime = host.runtime
+    before = ready_device(host, bdf)
+    policy = aer_policy(runtime)
+    mark = subscribe(runtime)
+
+    fault = host.faults.aer_fatal(slot, wait_recovery=True)
+    port_bdf, kernel_recovery = fault.details["port_bdf"], fault.details["recovery"]
+    assert _link_resets(host, port_bdf) >= 1, "the guest kernel never reset the link (test bed)"
+
+    wait_aer(runtime, bdf, "counted", mark, match=lambda d: d["delta"]["fatal"] > 0)
+    closing = wait_recovery_outcome(runtime, bdf, mark)
+    outcome = closing["data"]
+    after = runtime.call("device", {"device": bdf})
+    assert after["aer"]["counts"]["fatal"] - before["aer"]["counts"]["fatal"] == 1, (
+        f"one fatal error injected above {bdf}; runtime counts {before['aer']['counts']} -> "
+        f"{after['aer']['counts']}")
+
+    if kernel_recovery == "successful":
+        assert outcome["kind"] == "recovered" and outcome["severity"] == "fatal", (
+            f"the kernel reset the link and recovered {bdf}; runtime says {outcome}")
+        link = [r for r in resets_of(runtime, bdf, mark, "kernel_aer") if r["outcome"] == "ok"]
+        assert link, (f"the kernel reset the link above {bdf}; the runtime recorded no reset "
+                      f"(reset events: {resets_of(runtime, bdf, mark)})")
+        expected = expected_state(policy, "fatal", outcome["weight"])
+        verdict = settle_state(runtime, bdf)
+        assert verdict["checkpoint"]["ok"], f"{bdf} did not come back intact: {verdict['checkpoint']}"
+    else:
+        assert outcome["kind"] == "recovery_failed", (
+            f"the kernel failed to recover {bdf}; runtime says {outcome}")
+        expected = "FAULTED"
+        verdict = settle_state(runtime, bdf)
+
+    after = runtime.call("device", {"device": bdf})
+    moves = [(t["from"], t["to"], t["cause"]) for t in health_transitions(runtime, bdf, mark)]
+    assert after["state"] == expected and verdict["state"] == expected, (
+        f"kernel recovery {kernel_recovery}; policy fatal_recovered={policy['fatal_recovered']} "
+        f"(weight {outcome.get('weight')}) gives {expected}; runtime says {after['state']}, health poll "
+        f"{verdict['state']}; moves {moves}")
+    measurements.record("AER-02", "fatal_injected_to_recovery_event",
+                        [(closing["host_ns"] - fault.injected_ns) / 1e6], "ms")

@@ -1,0 +1,72 @@
+"""Helpers of the RST suite: slot choice, the device's starting state, event selection.
+
+Like the AER suite's helpers (suites/aer/aer_support.py), kept separate so the
+two suites do not import each other.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from hilconform.emulators.errors import InfrastructureError
+
+EVENT_TIMEOUT_S = 20.0
+CALL_TIMEOUT_S = 30.0
+
+
+def populated_slots(host, capability: str) -> list[str]:
+    slots = [s.name for s in host.profile.slots
+             if s.populated and capability in host.faults.slot_capabilities(s.name)]
+    if not slots:
+        pytest.skip(f"host {host.description} has no populated slot with capability {capability!r}")
+    return slots
+
+
+def slot_bdf(host, slot: str) -> str:
+    """The BDF of the device QEMU put into `slot` (QMP query-pci, by the device's qdev id)."""
+    for fn in host.ground_truth():
+        if fn.qdev_id == slot:
+            return fn.bdf
+    raise InfrastructureError(f"QEMU shows no device with id {slot!r} (query-pci)")
+
+
+def subscribe(runtime) -> int:
+    runtime.call("subscribe", {})
+    return runtime.mark()
+
+
+def device_when_settled(host, bdf: str, timeout_s: float = EVENT_TIMEOUT_S) -> dict:
+    """The runtime's record of `bdf` once cold discovery and its self-check (or any procedure
+    on it) are over."""
+    inventory = host.settled_inventory()
+    assert bdf in {d["device"] for d in inventory["devices"]}, f"runtime does not manage {bdf}"
+    deadline = time.monotonic() + timeout_s
+    record = host.runtime.call("device", {"device": bdf})
+    while (record["state"] == "DISCOVERED" or record["busy"]) and time.monotonic() < deadline:
+        time.sleep(0.1)  # bounded by the deadline
+        record = host.runtime.call("device", {"device": bdf})
+    return record
+
+
+def healthy_device(host, capability: str) -> tuple[str, str, dict]:
+    """(slot, bdf, record) of the first populated slot with `capability` whose device is HEALTHY."""
+    seen = {}
+    for slot in populated_slots(host, capability):
+        bdf = slot_bdf(host, slot)
+        record = device_when_settled(host, bdf)
+        if record["state"] == "HEALTHY" and not record["lease"]:
+            return slot, bdf, record
+        seen[bdf] = (record["state"], record["lease"])
+    raise AssertionError(f"precondition: no free HEALTHY device with {capability!r}: {seen}")
+
+
+def health_transitions(runtime, bdf: str, after: int) -> list[dict]:
+    return [e for e in runtime.events(after, "transition")
+            if e["data"]["device"] == bdf and e["data"]["view"] == "health"]
+
+
+def steps(runtime, bdf: str, after: int, procedure: str) -> list[dict]:
+    return [e for e in runtime.events(after, "procedure")
+            if e["data"]["device"] == bdf and e["data"]["procedure"] == procedure]

@@ -1,0 +1,80 @@
+"""RST-02: a wedged device is reset when its drain times out; a reset over budget FAULTs it.
+
+The device's command queue is stalled (its NBD backend SIGSTOPped, a read in
+flight) and the runtime is asked to `remove` it: the drain must give up at
+`drain_timeout_ms` and escalate to a forced reset (source `drain_timeout`).
+Resetting an nvme whose request is stuck freezes the whole VM until the
+backend answers, so the test decides when the "hardware" answers:
+`resume_after_s` = RESUME_AFTER_S after the stall. The runtime's reset budget
+is shortened to RESET_TIMEOUT_MS (runtime_overrides): with the default 5000 ms
+the stall would have to outlast 5 s of frozen VM; at 1000 ms a 4 s stall keeps
+the reset ~3.5 s over budget and the test short. The reset therefore cannot
+complete within its budget, and the device must be FAULTED (cause
+`*:reset_timeout`) before it leaves, and never reported HEALTHY.
+"""
+
+from __future__ import annotations
+
+import pytest
+from reset_support import (
+    CALL_TIMEOUT_S,
+    EVENT_TIMEOUT_S,
+    health_transitions,
+    healthy_device,
+    steps,
+    subscribe,
+)
+
+RESET_TIMEOUT_MS = 1000
+RESUME_AFTER_S = 4.0
+
+
+@pytest.mark.clause("RST-02")
+@pytest.mark.destructive
+@pytest.mark.slow
+def test_rst02_wedged_device_reset_on_drain_timeout_faulted_over_budget(host_factory, measurements):
+    host = host_factory.start(runtime_overrides={"reset_timeout_ms": RESET_TIMEOUT_MS})
+    runtime = host.runtime
+    config = runtime.hello["config"]
+    assert config["reset_timeout_ms"] == RESET_TIMEOUT_MS, f"runtime ignored the override: {config}"
+    slot, bdf, _record = healthy_device(host, "queue-stall")
+    mark = subscribe(runtime)
+
+    stall = host.faults.stall_queue(slot, resume_after_s=RESUME_AFTER_S)
+    result = runtime.call("remove", {"device": bdf}, timeout_s=RESUME_AFTER_S + 2 * CALL_TIMEOUT_S)
+    stall.wait_resumed(RESUME_AFTER_S + EVENT_TIMEOUT_S)
+
+    run = [e["data"] for e in steps(runtime, bdf, mark, "hot_remove")]
+    order = [(s["step"], s["status"]) for s in run]
+    drain = next((s for s in run if s["step"] == "drain"), None)
+    assert drain is not None and drain["status"] == "timeout", (
+        f"the queue of {bdf} was stuck; its drain should time out, steps: {order}")
+    reset_started = next((s for s in run if s["step"] == "reset" and s["status"] == "started"), None)
+    assert reset_started is not None and run.index(reset_started) > run.index(drain), (
+        f"no forced reset after the drain timed out: {order}")
+    reset_done = next((s for s in run if s["step"] == "reset" and s["status"] != "started"), None)
+    assert reset_done is not None and reset_done["status"] == "timeout", (
+        f"the reset of the wedged {bdf} ran ~{RESUME_AFTER_S:.0f} s against a {RESET_TIMEOUT_MS} ms "
+        f"budget and should have timed out: {reset_done}")
+    assert result.get("reset", {}).get("outcome") == "timeout", f"remove's reply: {result}"
+
+    recorded = [e["data"] for e in runtime.events(mark, "reset")
+                if e["data"]["device"] == bdf and e["data"].get("source") == "drain_timeout"]
+    assert recorded and recorded[0]["outcome"] == "timeout", f"reset events: {recorded}"
+
+    moves = health_transitions(runtime, bdf, mark)
+    path = [(e["data"]["from"], e["data"]["to"], e["data"]["cause"]) for e in moves]
+    faulted = next((e for e in moves if e["data"]["to"] == "FAULTED"), None)
+    assert faulted is not None, f"the reset overran its budget but {bdf} was never FAULTED: {path}"
+    assert "reset_timeout" in faulted["data"]["cause"], f"FAULTED for another reason: {path}"
+    removed = [e for e in moves if e["data"]["to"] == "REMOVED"]
+    assert not removed or removed[0]["seq"] > faulted["seq"], f"removed before FAULTED: {path}"
+    assert not any(e["data"]["to"] == "HEALTHY" for e in moves), f"reported HEALTHY: {path}"
+    waited_ms = (faulted["data"]["ts_ns"] - reset_started["ts_ns"]) / 1e6
+    assert waited_ms >= RESET_TIMEOUT_MS * 0.95, (
+        f"FAULTED {waited_ms:.0f} ms after the reset started: before its {RESET_TIMEOUT_MS} ms budget")
+
+    # The late outcome (`reset` event with late: true) is not awaited: with bus mastering
+    # cleared before the drain, the stuck read's completion cannot be posted after the
+    # backend answers, so the reset only ends with the nvme driver's 30 s I/O timeout.
+    measurements.record("RST-02", "reset_started_to_faulted_guest_clock", [waited_ms], "ms")
