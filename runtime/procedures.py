@@ -118,7 +118,14 @@ def set_bus_master(sysfs: Sysfs, bdf: str, enabled: bool) -> dict:
 
 
 def link_active(sysfs: Sysfs, bdf: str, info: DeviceInfo) -> tuple[bool, dict]:
-    """DLL Link Active of the port above (where reported), else the device's own link status."""
+    """Is the link up? The port's DLL Link Active where reported, else the device's link status.
+
+    A device whose config space answers with a trained link is reachable even when
+    the port's DLLLA bit is off (QEMU's root ports in ACPI hot-plug mode never set
+    it): config requests cross the link, so the device's answer wins, with the
+    disagreement recorded in the step's detail.
+    """
+    port_detail: dict = {}
     port = sysfs.parent_bdf(bdf)
     if port:
         try:
@@ -126,23 +133,24 @@ def link_active(sysfs: Sysfs, bdf: str, info: DeviceInfo) -> tuple[bool, dict]:
         except (OSError, ValueError):
             pcs = None
         if pcs is not None and pcs.present and pcs.pcie and pcs.pcie.dll_link_active_reporting:
-            return pcs.pcie.dll_link_active, {
-                "source": f"port {port} link status DLLLA",
-                "dll_link_active": pcs.pcie.dll_link_active,
-            }
+            if pcs.pcie.dll_link_active:
+                return True, {"source": f"port {port} link status DLLLA", "dll_link_active": True}
+            port_detail = {"port": port, "port_dll_link_active": False}
     try:
         cs = parse_config(sysfs.read_config(bdf))
     except (OSError, ValueError) as exc:
-        return False, {"source": "device config", "error": str(exc)}
+        return False, {"source": "device config", "error": str(exc), **port_detail}
     if not cs.present:
-        return False, {"source": "device config", "error": "config reads all ones"}
+        return False, {"source": "device config", "error": "config reads all ones", **port_detail}
     if cs.pcie is None:
-        return True, {"source": "device config", "note": "conventional PCI: no link to check"}
+        return True, {"source": "device config", "note": "conventional PCI: no link to check",
+                      **port_detail}
     width = cs.pcie.link_status_width or 0
     return width > 0, {
         "source": "device link status",
         "width": width,
         "speed_gts": cs.pcie.link_status_speed_gts,
+        **port_detail,
     }
 
 

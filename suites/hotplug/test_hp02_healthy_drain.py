@@ -1,0 +1,88 @@
+"""HP-02 healthy queue: with work in flight the removal's drain finishes within
+drain_timeout_ms and no reset happens.
+
+Work in flight: one direct 4 KiB read that the "hardware" holds for ANSWER_AFTER_S
+and then completes (the slot's NBD backend is stopped with `faults.stall_queue`, which
+issues the read and verifies it is stuck, and a timer resumes it ANSWER_AFTER_S later;
+nothing else is submitted). The removal is requested right after, so the drain starts
+with that request in flight (`polls` > 1: its first poll did not read 0) and must see it
+complete well inside the timeout. A continuous read loop is not used: it submits a new
+request as soon as one completes, so the queue is never empty and no drain, healthy or
+not, can finish (tried: every drain timed out).
+
+Checked per removal: drain step `ok`, its `elapsed_ms` and the interval between the
+event before it and the drain event (runtime clock) <= the profile's
+`drain_timeout_ms`; no `reset` step in the run, no `reset` part in the `remove` reply,
+no `reset` event for the device.
+
+The runtime runs in its shipped configuration. (A runtime that clears bus mastering
+before the drain — the reference runtime's `bus_master_off = "before_drain"` option —
+fails this clause: the nvme cannot DMA the completion of the read in flight, so even a
+healthy queue cannot drain and the removal ends in a forced reset.)
+"""
+
+from __future__ import annotations
+
+import pytest
+from hotplug_support import (
+    REMOVE_CALL_TIMEOUT_S,
+    REMOVED_TIMEOUT_S,
+    budget,
+    describe_steps,
+    events_for,
+    first_step,
+    run_steps,
+    skip_without_queue_slot,
+    slot_bdf,
+    subscribe,
+    wait_procedure_end,
+)
+
+from hilconform.emulators.profile import load_profile
+
+pytestmark = [pytest.mark.clause("HP-02"), pytest.mark.destructive]
+
+DEVICES = 3  # removals per run (each one sample of the drain time)
+ANSWER_AFTER_S = 0.12  # the held read completes this long after stall_queue returns
+
+
+def test_healthy_queue_drains_without_reset(host_factory, host_spec, measurements):
+    skip_without_queue_slot(load_profile(host_spec.name))
+    host = host_factory.start()
+    slots = [s for s in host.profile.slots
+             if s.populated and "queue-stall" in host.faults.slot_capabilities(s.name)][:DEVICES]
+    if not slots:
+        pytest.skip(f"profile {host.profile.name} has no slot with a command queue")
+    timeout_ms = budget(host, "drain_timeout_ms")
+    runtime = host.runtime
+    host.settled_inventory()
+    drain_ms = []
+    for slot in slots:
+        bdf = slot_bdf(host, slot.name)
+        stall = host.faults.stall_queue(slot.name, resume_after_s=ANSWER_AFTER_S)
+        mark = subscribe(runtime)
+        result = runtime.call("remove", {"device": bdf}, timeout_s=REMOVE_CALL_TIMEOUT_S)
+        end = wait_procedure_end(runtime, bdf, "hot_remove", mark, REMOVED_TIMEOUT_S)
+        stall.wait_resumed(10)
+        steps = run_steps(runtime, mark, end["data"]["run"])
+        order = describe_steps(steps)
+        drain = first_step(steps, "drain")
+        assert drain is not None, f"no drain step in the removal of {bdf} ({order})"
+        assert drain["status"] == "ok", (
+            f"healthy queue of {bdf} did not drain: {drain} (steps: {order})")
+        if drain.get("polls", 0) < 2:
+            raise AssertionError(f"drain of {bdf} found nothing in flight ({drain}): the read the "
+                                 f"backend held for {ANSWER_AFTER_S} s had completed already")
+        previous = max((s for s in steps if s["seq"] < drain["seq"]), key=lambda s: s["seq"])
+        interval_ms = (drain["ts_ns"] - previous["ts_ns"]) / 1e6
+        drain_ms.append(interval_ms)
+        assert drain["elapsed_ms"] <= timeout_ms and interval_ms <= timeout_ms, (
+            f"drain of {bdf} took {drain['elapsed_ms']} ms (events {interval_ms:.1f} ms apart), "
+            f"over drain_timeout_ms {timeout_ms:g}")
+        assert first_step(steps, "reset") is None, f"healthy queue of {bdf} was reset ({order})"
+        assert "reset" not in result, f"remove of {bdf} reports a reset: {result}"
+        assert not events_for(runtime, mark, "reset", bdf), f"reset event for {bdf}"
+        assert result["drain"]["status"] == "ok" and result["ok"] is True, result
+    measurements.record("HP-02", "healthy_drain", drain_ms, "ms", budget=timeout_ms,
+                        budget_stat="max")
+    assert runtime.violations == []

@@ -1,0 +1,119 @@
+"""HP-03 stuck queue: the drain gives up at its timeout and escalates to a forced reset
+instead of waiting; the reset's outcome is recorded.
+
+A read is stuck on the device (its NBD backend stopped with `faults.stall_queue`,
+verified in the guest), then the removal is requested. The "hardware" answers
+HARDWARE_ANSWERS_AFTER_S after the stall, far beyond the drain timeout: QEMU 7.2
+freezes the whole VM while the guest resets an nvme whose request is stuck, so
+the stall always ends on a timer (docs/faults.md).
+
+Measured on the runtime's clock (`ts_ns` of the `procedure` events): drain start
+(the last step before the `drain` event: `bus_master_off` or `isolate`) -> the
+`drain` event with status `timeout` (the give-up) and -> the `reset` step `started`
+(the escalation). Both must lie within the profile's `drain_timeout_ms` +-
+`drain_tolerance_ms` (an absolute figure from the profile, not the runtime's own
+setting: a runtime configured to wait longer fails). The outcome is recorded: a
+`reset` event with `source: drain_timeout` and an outcome, matching the `remove`
+reply's `reset` part.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hotplug_support import (
+    REMOVE_CALL_TIMEOUT_S,
+    REMOVED_TIMEOUT_S,
+    budget,
+    describe_steps,
+    events_for,
+    first_step,
+    queue_slot,
+    run_steps,
+    skip_without_queue_slot,
+    slot_bdf,
+    subscribe,
+    wait_procedure_end,
+)
+
+from hilconform.emulators.profile import load_profile
+
+pytestmark = [pytest.mark.clause("HP-03"), pytest.mark.destructive]
+
+HARDWARE_ANSWERS_AFTER_S = 3.0
+RESET_OUTCOMES = ("ok", "error", "unsupported", "timeout")
+
+
+def test_stuck_queue_drain_times_out_and_resets(host_factory, host_spec, measurements):
+    skip_without_queue_slot(load_profile(host_spec.name))
+    host = host_factory.start()
+    slot = queue_slot(host)
+    host.require("queue-stall", slot.name)
+    timeout_ms = budget(host, "drain_timeout_ms")
+    tolerance_ms = budget(host, "drain_tolerance_ms")
+    runtime = host.runtime
+    host.settled_inventory()
+    bdf = slot_bdf(host, slot.name)
+
+    # stall_queue issues one direct read itself and verifies it is stuck
+    stall = host.faults.stall_queue(slot.name, resume_after_s=HARDWARE_ANSWERS_AFTER_S)
+    mark = subscribe(runtime)
+    result = runtime.call("remove", {"device": bdf}, timeout_s=REMOVE_CALL_TIMEOUT_S)
+    end = wait_procedure_end(runtime, bdf, "hot_remove", mark, REMOVED_TIMEOUT_S)
+    stall.wait_resumed(HARDWARE_ANSWERS_AFTER_S + 10)
+    steps = run_steps(runtime, mark, end["data"]["run"])
+    order = describe_steps(steps)
+
+    drain = first_step(steps, "drain")
+    assert drain is not None, f"no drain step ({order})"
+    assert drain["status"] == "timeout", (
+        f"stuck queue of {bdf}: drain ended {drain['status']!r}, not 'timeout' "
+        f"({drain}; steps: {order})")
+    start = max((s for s in steps if s["seq"] < drain["seq"]), key=lambda s: s["seq"])
+    reset_started = first_step(steps, "reset", ("started",))
+    assert reset_started is not None and reset_started["seq"] > drain["seq"], (
+        f"the drain timeout did not escalate to a reset (steps: {order})")
+    give_up_ms = _interval_ms(start, drain)
+    escalate_ms = _interval_ms(start, reset_started)
+    measurements.record("HP-03", "drain_elapsed_reported", [drain["elapsed_ms"]], "ms")
+    measurements.record("HP-03", "drain_give_up", [give_up_ms], "ms",
+                        budget=timeout_ms + tolerance_ms, budget_stat="max")
+    measurements.record("HP-03", "drain_start_to_reset", [escalate_ms], "ms",
+                        budget=timeout_ms + tolerance_ms, budget_stat="max")
+    low, high = timeout_ms - tolerance_ms, timeout_ms + tolerance_ms
+    assert low <= give_up_ms <= high, (
+        f"drain gave up {give_up_ms:.1f} ms after it started ({start['step']} -> drain), "
+        f"not within {timeout_ms:g} +- {tolerance_ms:g} ms")
+    assert low <= drain["elapsed_ms"] <= high, (
+        f"the runtime reports a drain of {drain['elapsed_ms']} ms, not {timeout_ms:g} +- "
+        f"{tolerance_ms:g} ms")
+    assert low <= escalate_ms <= high, (
+        f"forced reset started {escalate_ms:.1f} ms after the drain started, not within "
+        f"{timeout_ms:g} +- {tolerance_ms:g} ms")
+
+    reset_done = [s for s in steps if s["step"] == "reset" and s["status"] != "started"]
+    assert reset_done, f"the reset's outcome is not reported as a step ({order})"
+    resets = [e for e in events_for(runtime, mark, "reset", bdf)
+              if e["data"].get("source") == "drain_timeout"]
+    assert resets, f"no reset event with source drain_timeout for {bdf}"
+    outcome = resets[0]["data"]["outcome"]
+    assert outcome in RESET_OUTCOMES, resets[0]["data"]
+    assert isinstance(resets[0]["data"].get("duration_ms"), int | float), resets[0]["data"]
+    assert "reset" in result and result["reset"]["outcome"] == outcome, (
+        f"remove reply's reset part {result.get('reset')} differs from the reset event {outcome!r}")
+    assert result["drain"]["status"] == "timeout", result
+    assert runtime.violations == []
+
+
+def _interval_ms(start: dict, end: dict) -> float:
+    """From one procedure event to a later one, in ms.
+
+    Two estimates, each too long by at most one event's emission delay: the runtime
+    stamps `ts_ns` before it takes its lock to send the event (seen waiting ~135 ms
+    there on TCG), and the host stamps `host_ns` on receipt. The runtime-clock interval
+    carries the start event's delay, the host-clock one the end event's; the smaller is
+    the better estimate. Neither can come out shorter than the real interval by more
+    than the virtio-serial transit jitter (~0.2 ms).
+    """
+    runtime_ms = (end["ts_ns"] - start["ts_ns"]) / 1e6
+    host_ms = (end["host_ns"] - start["host_ns"]) / 1e6
+    return min(runtime_ms, host_ms)
