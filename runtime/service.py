@@ -502,7 +502,10 @@ class Service:
             self.emit("removed", {"device": bdf, "cause": cause, "fingerprint": dev.info.fingerprint})
             if not dev.leaving:
                 self._topology(cause, left=bdf)
-            if cause != "surprise":
+            if dev.leaving:
+                # An orderly removal: a different unit in this slot later is a
+                # replacement. A device that vanished (udev "surprise" or found gone
+                # by the health poll) keeps its identity, so a swap is flagged.
                 self.identities.forget(dev.info)
             for src in (bdf,) + ((dev.port,) if dev.port and dev.port not in self._known_sources() else ()):
                 self._counter.forget(src)

@@ -1,0 +1,79 @@
+"""DISC-03 cold discovery: runtime start -> inventory complete within `cold_discovery_ms`.
+
+How it is measured (guest clock, not the host's): the runtime is restarted in the guest
+(`host.restart_runtime()`); the start is the new process's start time as the guest kernel
+records it (/proc/PID/stat `starttime`, 10 ms ticks since boot), the end is the `ts_ns`
+(guest CLOCK_MONOTONIC) of the runtime's `inventory_complete` event. The guest never
+suspends, so both are on one clock. The host cannot time this end to end: the new
+runtime is reached only after it serves, and events it emitted before the host
+subscribed arrive as a replay. The runtime's own `duration_ms` (enumeration only,
+after interpreter start-up) is recorded beside it and must not exceed it.
+
+Every start must meet the budget (the `max` is judged), and each cold discovery must
+report exactly the managed endpoints QEMU has, each announced by a `discovered` event
+(cause `boot`) before `inventory_complete`.
+
+The shared host is left as found: the runtime is running with the same configuration
+and a complete inventory (the test holds no leases across a restart).
+"""
+
+from __future__ import annotations
+
+import pytest
+from discovery_support import (
+    COLD_DISCOVERY_TIMEOUT_S,
+    budget,
+    expected_managed,
+    guest_monotonic_ns_of_process_start,
+    guest_runtime_pid,
+    ms_between,
+    subscribe_from_start,
+)
+
+pytestmark = [pytest.mark.clause("DISC-03"), pytest.mark.slow]
+
+RESTARTS = 5
+TICK_MS = 10.0  # resolution of the process start time (USER_HZ = 100)
+
+
+def test_cold_discovery_after_runtime_start(host, measurements):
+    limit = budget(host, "cold_discovery_ms")
+    truth = sorted(expected_managed(host))
+    host.settled_inventory()
+    from_process_start, runtime_reported = [], []
+    for _ in range(RESTARTS):
+        old_pid = guest_runtime_pid(host)
+        host.restart_runtime()
+        pid = guest_runtime_pid(host)
+        assert pid != old_pid, "restart_runtime left the old runtime process in place"
+        started_ns = guest_monotonic_ns_of_process_start(host, pid)
+        runtime = host.runtime
+        assert runtime.hello["pid"] == pid, (
+            f"the runtime answering is pid {runtime.hello['pid']}, the one started is {pid}")
+        mark = subscribe_from_start(runtime)
+        done = runtime.wait_event("inventory_complete", mark, COLD_DISCOVERY_TIMEOUT_S,
+                                  what="cold discovery after a runtime start")
+        assert sorted(done["data"]["bdfs"]) == truth, (
+            f"cold discovery reported {sorted(done['data']['bdfs'])}; QEMU has {truth}")
+        assert done["data"]["devices"] == len(truth)
+        announced = sorted(e["data"]["device"] for e in runtime.events(mark, "discovered")
+                           if e["data"]["cause"] == "boot" and e["seq"] < done["seq"])
+        assert announced == truth, (
+            f"`discovered` (boot) before inventory_complete for {announced}; QEMU has {truth}")
+        inventory = runtime.call("inventory")
+        assert inventory["complete"] is True
+        assert sorted(d["device"] for d in inventory["devices"]) == truth
+
+        elapsed_ms = ms_between(started_ns, done["ts_ns"])
+        reported_ms = float(done["data"]["duration_ms"])
+        assert 0 <= reported_ms <= elapsed_ms + TICK_MS, (
+            f"runtime reports {reported_ms:.0f} ms of cold discovery, but only {elapsed_ms:.0f} ms "
+            f"passed since its process started")
+        from_process_start.append(elapsed_ms)
+        runtime_reported.append(reported_ms)
+        assert runtime.violations == []
+
+    measurements.record("DISC-03", "cold_discovery_runtime_reported", runtime_reported, "ms")
+    summary = measurements.record("DISC-03", "cold_discovery", from_process_start, "ms",
+                                  budget=limit, budget_stat="max")
+    assert summary.within_budget, summary.text()

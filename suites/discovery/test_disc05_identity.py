@@ -1,0 +1,254 @@
+"""DISC-05 identity: a device's fingerprint is stable across runtime restarts and guest
+reboots; two devices of the same model get distinct identities; a device whose identity
+changes in place is flagged.
+
+Devices are followed by where QEMU put them (the qdev id of the device in each slot),
+not by the runtime's own naming. "In place" means a different unit appears at a
+location without the runtime having seen an orderly removal there: a removal without
+warning (ACPI hot-plug) followed by a unit with another serial number in the same slot,
+or a swap while the runtime was not running. A re-add of the same unit is not a change
+and must not be flagged.
+"""
+
+from __future__ import annotations
+
+import pytest
+from discovery_support import (
+    bdf_in_slot,
+    guest_quiet,
+    qemu_functions,
+    subscribe_from_start,
+    wait_boot_self_checks,
+    wait_discovered,
+    wait_removed,
+    wait_settled,
+)
+
+from hilconform.emulators.errors import InfrastructureError
+
+pytestmark = pytest.mark.clause("DISC-05")
+
+IDENTITY_TIMEOUT_S = 10.0
+
+
+def _by_slot(host) -> dict[str, dict]:
+    """Runtime records keyed by the qdev id QEMU gives the device at their BDF."""
+    functions = qemu_functions(host)
+    inventory = host.settled_inventory()
+    return {getattr(functions.get(d["device"]), "qdev_id", "") or d["device"]: d
+            for d in inventory["devices"]}
+
+
+def _fingerprints(host) -> dict[str, str]:
+    return {slot: record["fingerprint"] for slot, record in _by_slot(host).items()}
+
+
+def _flagged(host) -> list[str]:
+    return sorted(slot for slot, record in _by_slot(host).items() if record["identity_changed"])
+
+
+def _serial_slots(host, count: int) -> list:
+    """`count` populated slots whose stand-in carries a serial number (skip when too few)."""
+    slots = [s for s in host.profile.slots
+             if s.populated and host.profile.kind(s.device).queue == "nbd"]
+    if len(slots) < count:
+        pytest.skip(f"profile {host.profile.name} has fewer than {count} stand-ins with a serial "
+                    "number (QEMU's edu device has neither serial nor DSN: its identity is its slot)")
+    return slots[:count]
+
+
+def _qom(host, qdev_id: str, prop: str):
+    return host.vm.qmp.execute("qom-get", {"path": f"/machine/peripheral/{qdev_id}", "property": prop})
+
+
+def _add_unit(host, slot, device_id: str, drive: str, serial: str) -> str:
+    """device_add a stand-in with a chosen serial number into `slot`; returns its BDF."""
+    kind = host.profile.kind(slot.device)
+    host.vm.qmp.execute("device_add", {"driver": kind.qemu_driver, "id": device_id,
+                                       "bus": slot.port_id, "addr": "0", "drive": drive,
+                                       "serial": serial})
+    bdf = bdf_in_slot(host, slot.name)
+    if bdf is None or qemu_functions(host)[bdf].qdev_id != device_id:
+        raise InfrastructureError(f"device_add {device_id} into {slot.name} returned but QEMU does "
+                                  "not list it there")
+    return bdf
+
+
+def test_same_model_devices_have_distinct_fingerprints(host):
+    records = host.settled_inventory()["devices"]
+    by_model: dict[str, list[dict]] = {}
+    for record in records:
+        info = record["info"]
+        model = (f"{info['vendor_id']}:{info['device_id']} "
+                 f"{info['subsystem_vendor_id']}:{info['subsystem_id']}")
+        by_model.setdefault(model, []).append(record)
+    if max((len(group) for group in by_model.values()), default=0) < 2:
+        pytest.skip(f"profile {host.profile.name} has no two managed devices of one model")
+    fingerprints = [r["fingerprint"] for r in records]
+    unnamed = [r["device"] for r in records if not r["fingerprint"]]
+    assert not unnamed, f"devices without a fingerprint: {unnamed}"
+    duplicates = sorted({fp for fp in fingerprints if fingerprints.count(fp) > 1})
+    assert not duplicates, (
+        f"devices share fingerprints {duplicates}: "
+        f"{[(r['device'], r['fingerprint']) for r in records if r['fingerprint'] in duplicates]}")
+    for record in records:  # a fingerprint names its device in the protocol
+        assert host.runtime.call("device", {"device": record["fingerprint"]})["device"] == record["device"]
+
+
+@pytest.mark.destructive
+@pytest.mark.slow
+def test_fingerprints_survive_runtime_restart_and_guest_reboot(host_factory):
+    host = host_factory.start(allow_reboot=True)
+    before = _fingerprints(host)
+    assert before, "no managed devices to follow"
+
+    host.restart_runtime()
+    after_restart = _fingerprints(host)
+    assert after_restart == before, (
+        f"fingerprints changed across a runtime restart: {before} -> {after_restart}")
+    assert _flagged(host) == [], "a runtime restart flagged unchanged devices as changed in place"
+
+    host.reboot()
+    after_reboot = _fingerprints(host)
+    assert after_reboot == before, (
+        f"fingerprints changed across a guest reboot: {before} -> {after_reboot}")
+    assert _flagged(host) == [], "a guest reboot flagged unchanged devices as changed in place"
+
+
+class InPlace:
+    """One slot whose unit the test replaces; tracks QEMU's current device id and serial."""
+
+    def __init__(self, host, slot):
+        self.host, self.slot = host, slot
+        self.qdev_id = slot.name
+        self.drive = _qom(host, slot.name, "drive")
+        self.serial = _qom(host, slot.name, "serial")
+        self.bdf = bdf_in_slot(host, slot.name)
+        self.units = 0
+
+    def remove(self, runtime, quiet: bool = True) -> dict:
+        """Remove the slot's unit (on an ACPI host: without warning); the runtime's `removed`."""
+        if quiet:
+            guest_quiet(self.host, self.bdf)
+        mark = runtime.mark()
+        self.host.remove(self.qdev_id)
+        return wait_removed(runtime, self.bdf, mark)
+
+    def insert(self, serial: str | None = None) -> None:
+        """Insert a unit: the same one again (serial None) or another of the same model."""
+        self.units += 1
+        self.qdev_id = f"{self.slot.name}-unit{self.units}"
+        self.serial = serial or self.serial
+        _add_unit(self.host, self.slot, self.qdev_id, self.drive, self.serial)
+
+    def other_serial(self) -> str:
+        return f"{self.slot.name.upper()}-OTHER{self.units + 1}"[:20]
+
+
+def _await_flag(runtime, unit: InPlace, mark: int) -> str | None:
+    """None when `unit`'s BDF was flagged (event and record), else what went wrong."""
+    try:
+        event = runtime.wait_event("identity_changed", mark, IDENTITY_TIMEOUT_S,
+                                   match=lambda d: d["device"] == unit.bdf,
+                                   what=f"identity_changed for {unit.bdf} (new serial {unit.serial})")
+    except AssertionError as exc:
+        record = runtime.call("device", {"device": unit.bdf})
+        return (f"{exc}; its record: identity_changed={record['identity_changed']}, "
+                f"serial={record['info']['serial']!r}, basis={record['info']['identity_basis']!r}")
+    record = runtime.call("device", {"device": unit.bdf})
+    if record["identity_changed"] is not True:
+        return f"identity_changed event sent for {unit.bdf} but its record is not flagged"
+    if event["data"]["fingerprint"] != record["fingerprint"]:
+        return (f"identity_changed names fingerprint {event['data']['fingerprint']}, "
+                f"the record has {record['fingerprint']}")
+    return None
+
+
+@pytest.mark.destructive
+@pytest.mark.slow
+def test_identity_change_in_place_is_flagged(host_factory):
+    """Four cases on an ACPI hot-plug host (removal without warning), two slots A and B:
+
+    1. A's unit vanishes and the same unit comes back: not flagged (control).
+    2. B's unit vanishes and another unit (other serial) appears in B: flagged.
+    3. As 2 in A, but the runtime learns of the removal by polling, not from udev
+       (the guest's udevd is held while the device goes): flagged all the same.
+    4. B's unit is swapped while the runtime is not running: flagged when it starts.
+
+    Every case is checked; the test reports all that went wrong.
+    """
+    host = host_factory.start(hotplug_mode="acpi")
+    slot_a, slot_b = _serial_slots(host, 2)
+    runtime = host.runtime
+    wait_boot_self_checks(runtime)
+    assert _flagged(host) == [], "devices flagged as changed before anything changed"
+    a, b = InPlace(host, slot_a), InPlace(host, slot_b)
+    fingerprint_a = runtime.call("device", {"device": a.bdf})["fingerprint"]
+    problems: list[str] = []
+
+    # 1. same unit back
+    a.remove(runtime)
+    mark = runtime.mark()
+    a.insert()
+    wait_discovered(runtime, a.bdf, mark)
+    wait_settled(runtime, a.bdf, mark)
+    record = runtime.call("device", {"device": a.bdf})
+    if record["info"]["serial"] != a.serial:
+        problems.append(f"case 1: runtime never read the serial of the re-added unit in {a.slot.name}: "
+                        f"{record['info']['serial']!r}")
+    if record["identity_changed"] or any(e["data"]["device"] == a.bdf
+                                         for e in runtime.events(mark, "identity_changed")):
+        problems.append(f"case 1: re-adding the same unit to {a.slot.name} was flagged as a change")
+    if record["fingerprint"] != fingerprint_a:
+        problems.append(f"case 1: the same unit came back with fingerprint {record['fingerprint']}, "
+                        f"was {fingerprint_a}")
+
+    # 2. another unit after a removal without warning
+    removed = b.remove(runtime)
+    mark = runtime.mark()
+    b.insert(b.other_serial())
+    why = _await_flag(runtime, b, mark)
+    if why:
+        problems.append(f"case 2 (removed with cause {removed['data']['cause']!r}): {why}")
+    wait_settled(runtime, b.bdf, mark)
+
+    # 3. another unit after a removal the runtime can only learn by polling
+    udevd = host.shell("pidof systemd-udevd | tr ' ' '\\n' | sort -n | head -n1").stdout.strip()
+    if not udevd.isdigit():
+        raise InfrastructureError("cannot find the guest's udevd to hold its events")
+    guest_quiet(host, a.bdf)
+    host.shell(f"kill -STOP {udevd}").check()
+    try:
+        removed = a.remove(runtime, quiet=False)
+    finally:
+        host.shell(f"kill -CONT {udevd}").check()
+    mark = runtime.mark()
+    a.insert(a.other_serial())
+    why = _await_flag(runtime, a, mark)
+    if why:
+        problems.append(f"case 3 (removal learnt with cause {removed['data']['cause']!r}): {why}")
+    wait_settled(runtime, a.bdf, mark)
+
+    # 4. another unit while the runtime is down
+    guest_quiet(host, b.bdf)
+    stopped = host.shell("pid=$(cat /run/hilconform/runtime.pid); kill -TERM $pid; "
+                         "for i in $(seq 100); do kill -0 $pid 2>/dev/null || exit 0; sleep 0.1; done; "
+                         "exit 1")
+    if stopped.exit_code != 0:
+        raise InfrastructureError("the runtime did not stop within 10 s of SIGTERM")
+    host.remove(b.qdev_id)
+    b.insert(b.other_serial())
+    if not host.guest_has_device(b.bdf, timeout_s=20):
+        raise InfrastructureError(f"the guest never showed {b.bdf} after the swap")
+    guest_quiet(host)
+    host.restart_runtime()
+    runtime = host.runtime
+    why = _await_flag(runtime, b, subscribe_from_start(runtime))
+    if why:
+        problems.append(f"case 4 (swapped while the runtime was down): {why}")
+    flagged = _flagged(host)
+    if flagged != [b.qdev_id]:
+        problems.append(f"after case 4 the runtime flags {flagged}; only {b.qdev_id} changed "
+                        "since it last ran")
+
+    assert not problems, "in-place identity changes:\n  " + "\n  ".join(problems)
