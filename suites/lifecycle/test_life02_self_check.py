@@ -1,0 +1,145 @@
+"""LIFE-02: a new device reaches HEALTHY after its self-check; a device that fails it
+does not join the pool.
+
+Joining: an nvme is hot-added into an empty slot. The runtime must report each
+self-check step as a `procedure` event (link_active, firmware, mmio, interrupts, each
+`ok` or `skipped`, in that order) before the device's DISCOVERED -> HEALTHY
+transition, then join_pool and an `ok` end; until then the device is not
+allocatable (an allocate racing the self-check is refused, or is granted only after
+the HEALTHY transition).
+
+Failing: the runtime is configured to expect firmware 9.9 for the edu stand-in
+(1234:11e8) while the stand-in reports 1.0. A hot-added edu must fail the `firmware`
+step (named in the end event), go DISCOVERED -> FAULTED without ever being HEALTHY,
+run no later step, and stay out of the pool (allocation by device and by class
+refused, also after a health poll), while the boot devices of other IDs stay HEALTHY
+(on the fpga profile the boot devices are edu too: they must have failed as well).
+"""
+
+from __future__ import annotations
+
+import pytest
+from lifecycle_support import (
+    allocate,
+    firmware_mismatch,
+    flush,
+    health_moves,
+    kind_ids,
+    procedure_run,
+    refused,
+    require_empty_slot,
+    runtime_config,
+    settled_inventory,
+    subscribe_live,
+    transitions_of,
+    wait_procedure_end,
+)
+
+from hilconform.emulators.profile import load_profile
+
+pytestmark = [pytest.mark.clause("LIFE-02"), pytest.mark.destructive]
+
+SELF_CHECK_STEPS = ("link_active", "firmware", "mmio", "interrupts")
+FAILING_KIND = "edu"  # its stand-in reports firmware 1.0, the runtime is told to expect 9.9
+
+
+def _steps(run: list[dict]) -> list[tuple[str, str]]:
+    return [(e["data"]["step"], e["data"]["status"]) for e in run]
+
+
+def test_hot_added_device_joins_the_pool_after_its_self_check(host):
+    runtime = host.runtime
+    checker, mark = subscribe_live(runtime)
+    settled_inventory(runtime)
+    added = host.hot_add(require_empty_slot(host)[0])
+    runtime.wait_event("discovered", mark, 20, match=lambda d: d["device"] == added.bdf,
+                       what=f"discovery of {added.bdf}")
+    try:
+        early = allocate(runtime, device=added.bdf, holder="life02-early", ttl_s=60)
+    except Exception as exc:  # noqa: BLE001 - judged below
+        early, early_error = None, exc
+    else:
+        early_error = None
+    end = wait_procedure_end(runtime, mark, "hot_add", added.bdf)
+
+    run = procedure_run(runtime, mark, "hot_add", added.bdf)
+    steps = _steps(run)
+    assert end["data"]["status"] == "ok", f"self-check of {added.bdf} failed: {steps}"
+    assert [s for s, _ in steps if s in SELF_CHECK_STEPS] == list(SELF_CHECK_STEPS), (
+        f"self-check steps missing or out of order: {steps}")
+    assert all(status in ("ok", "skipped") for step, status in steps if step in SELF_CHECK_STEPS), steps
+    assert ("join_pool", "ok") in steps, steps
+
+    healthy = [e for e in transitions_of(runtime, mark, added.bdf)
+               if e["data"]["view"] == "health" and e["data"]["to"] == "HEALTHY"]
+    assert healthy, f"{added.bdf} passed its self-check but never went HEALTHY"
+    assert healthy[0]["data"]["from"] == "DISCOVERED", healthy[0]["data"]
+    last_step_seq = max(e["seq"] for e in run if e["data"]["step"] in SELF_CHECK_STEPS)
+    assert healthy[0]["seq"] > last_step_seq, "HEALTHY was reported before the self-check steps ended"
+
+    if early_error is not None:
+        assert getattr(early_error, "code", None) == "NOT_HEALTHY", (
+            f"allocate during the self-check: expected NOT_HEALTHY, got {early_error!r}")
+    else:
+        granted = next(e for e in runtime.events(mark, "lease") if e["data"]["lease"] == early["lease"])
+        assert granted["seq"] > healthy[0]["seq"], (
+            f"{added.bdf} was allocated ({early['lease']}) before it went HEALTHY")
+        runtime.call("release", {"lease": early["lease"]})
+
+    record = runtime.call("device", {"device": added.bdf})
+    assert (record["state"], record["in_pool"]) == ("HEALTHY", True), record
+    lease = allocate(runtime, device=added.bdf, holder="life02", ttl_s=60)
+    runtime.call("release", {"lease": lease["lease"]})
+    flush(runtime)
+    checker.feed_all(runtime.events(mark))
+    checker.assert_clean()
+
+
+def test_device_failing_its_self_check_stays_out_of_the_pool(host_factory):
+    kind = load_profile(host_factory.spec.name).kind(FAILING_KIND)
+    ids = kind_ids(kind)
+    host = host_factory.start(runtime_config=runtime_config(host_factory.spec.name, firmware_mismatch(ids)))
+    runtime = host.runtime
+    checker, mark = subscribe_live(runtime)
+    boot = settled_inventory(runtime)["devices"]
+    expected_boot = {d["device"]: "FAULTED" if _ids(d) == ids else "HEALTHY" for d in boot}
+    assert {d["device"]: d["state"] for d in boot} == expected_boot, (
+        f"boot devices with IDs {ids} must fail the firmware step too, the others pass it")
+
+    added = host.hot_add(require_empty_slot(host)[0], kind=kind.name)
+    end = wait_procedure_end(runtime, mark, "hot_add", added.bdf)
+    steps = _steps(procedure_run(runtime, mark, "hot_add", added.bdf))
+    assert end["data"]["status"] == "failed", f"the self-check passed despite the firmware mismatch: {steps}"
+    assert end["data"].get("failed_step") == "firmware", f"failed step not named firmware: {end['data']}"
+    firmware = [e for e in procedure_run(runtime, mark, "hot_add", added.bdf)
+                if e["data"]["step"] == "firmware"]
+    assert firmware and firmware[-1]["data"]["status"] == "failed", steps
+    assert not [s for s, _ in steps if s in ("mmio", "interrupts", "join_pool")], (
+        f"steps ran after the failed firmware step: {steps}")
+
+    moves = health_moves(runtime, mark, added.bdf)
+    assert moves == [("DISCOVERED", "FAULTED")], f"health moves of the failing device: {moves}"
+    cause = transitions_of(runtime, mark, added.bdf)[-1]["data"]["cause"]
+    assert "firmware" in cause, f"the FAULTED transition does not name the failed step: {cause!r}"
+
+    runtime.call("health_poll", {"device": added.bdf}, timeout_s=20)
+    record = runtime.call("device", {"device": added.bdf})
+    assert (record["state"], record["in_pool"], record["lease"]) == ("FAULTED", False, None), record
+    by_device = refused(lambda: allocate(runtime, device=added.bdf, holder="life02", ttl_s=60))
+    assert by_device is not None and by_device.code == "NOT_HEALTHY", f"allocate by device: {by_device!r}"
+    by_class = refused(lambda: allocate(runtime, **{"class": ids}, holder="life02", ttl_s=60))
+    assert by_class is not None and by_class.code == "INSUFFICIENT_DEVICES", f"by class: {by_class!r}"
+    assert runtime.call("leases")["leases"] == []
+
+    inventory = runtime.call("inventory")["devices"]
+    assert {d["device"]: d["state"] for d in inventory if d["device"] != added.bdf} == expected_boot
+    in_pool = [d["device"] for d in inventory if d["in_pool"] and _ids(d) == ids]
+    assert not in_pool, f"devices failing the firmware step are in the pool: {in_pool}"
+    flush(runtime)
+    checker.feed_all(runtime.events(mark))
+    checker.assert_clean()
+    assert health_moves(runtime, mark, added.bdf) == [("DISCOVERED", "FAULTED")]
+
+
+def _ids(record: dict) -> str:
+    return f"{record['info']['vendor_id']}:{record['info']['device_id']}"
