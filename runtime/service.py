@@ -586,9 +586,12 @@ class Service:
         with self._lock:
             devs = [d for d in self.devices.values() if not d.gone and (bdfs is None or d.bdf in bdfs)]
             sources = {d.bdf for d in devs} | {d.port for d in devs if d.port}
-        reads = {src: self.sysfs.aer_counters(src) for src in sorted(sources)}
-        now = time.monotonic_ns()
-        with self._lock:
+            # Read and apply under one lock: several threads poll (kernel log, udev,
+            # health poll), and a stale read applied after a fresh one would look like
+            # a counter reset and count every error again. The aer_dev_* files are
+            # kernel memory, not config space, so reading them cannot block.
+            reads = {src: self.sysfs.aer_counters(src) for src in sorted(sources)}
+            now = time.monotonic_ns()
             for src, counters in reads.items():
                 if not counters:
                     continue
