@@ -13,8 +13,6 @@ import time
 
 import pytest
 
-from hilconform.emulators.errors import InfrastructureError
-
 # Generous deadlines: TCG on a shared 2-core machine. A wait that runs out is a
 # finding against the runtime (RuntimeUnresponsive), not a flake to retry.
 EVENT_TIMEOUT_S = 20.0
@@ -23,20 +21,11 @@ SEVERITY_ORDER = {"HEALTHY": 0, "DEGRADED": 1, "FAULTED": 2}
 
 
 def populated_slots(host, capability: str) -> list[str]:
-    """Populated slots of the host's profile that support `capability` (skips if none)."""
-    slots = [s.name for s in host.profile.slots
-             if s.populated and capability in host.faults.slot_capabilities(s.name)]
-    if not slots:
-        pytest.skip(f"host {host.description} has no populated slot with capability {capability!r}")
-    return slots
+    return host.populated_slots(capability)
 
 
 def slot_bdf(host, slot: str) -> str:
-    """The BDF of the device QEMU put into `slot` (QMP query-pci, by the device's qdev id)."""
-    for fn in host.ground_truth():
-        if fn.qdev_id == slot:
-            return fn.bdf
-    raise InfrastructureError(f"QEMU shows no device with id {slot!r} (query-pci)")
+    return host.slot_bdf(slot)
 
 
 def subscribe(runtime) -> int:

@@ -61,10 +61,7 @@ def skip_without_queue_slot(profile) -> None:
 
 
 def slot_bdf(host, slot_name: str) -> str:
-    device = slot_device(host.vm, slot_name)
-    if device is None:
-        raise InfrastructureError(f"slot {slot_name} of {host.profile.name} is empty in QEMU")
-    return device.bdf
+    return host.slot_bdf(slot_name)
 
 
 # -- ground truth -----------------------------------------------------------------------------

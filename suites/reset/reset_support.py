@@ -8,28 +8,16 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
-from hilconform.emulators.errors import InfrastructureError
-
 EVENT_TIMEOUT_S = 20.0
 CALL_TIMEOUT_S = 30.0
 
 
 def populated_slots(host, capability: str) -> list[str]:
-    slots = [s.name for s in host.profile.slots
-             if s.populated and capability in host.faults.slot_capabilities(s.name)]
-    if not slots:
-        pytest.skip(f"host {host.description} has no populated slot with capability {capability!r}")
-    return slots
+    return host.populated_slots(capability)
 
 
 def slot_bdf(host, slot: str) -> str:
-    """The BDF of the device QEMU put into `slot` (QMP query-pci, by the device's qdev id)."""
-    for fn in host.ground_truth():
-        if fn.qdev_id == slot:
-            return fn.bdf
-    raise InfrastructureError(f"QEMU shows no device with id {slot!r} (query-pci)")
+    return host.slot_bdf(slot)
 
 
 def subscribe(runtime) -> int:
