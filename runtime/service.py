@@ -1018,23 +1018,24 @@ class Service:
 
         return done
 
+    def _lookup_idle(self, req: protocol.Request) -> Device:
+        """The request's device, refused with DEVICE_BUSY while a procedure runs on it."""
+        dev = self._lookup(req.params["device"])
+        if dev.busy or dev.leaving:
+            raise ProtocolError(
+                protocol.DEVICE_BUSY, f"{dev.bdf}: {dev.busy or 'removal'} in progress", req.id
+            )
+        return dev
+
     def _m_remove(self, session: Session, req: protocol.Request):
         with self._lock:
-            dev = self._lookup(req.params["device"])
-            if dev.busy or dev.leaving:
-                raise ProtocolError(
-                    protocol.DEVICE_BUSY, f"{dev.bdf}: {dev.busy or 'removal'} in progress", req.id
-                )
+            dev = self._lookup_idle(req)
             self._start_removal(dev, "request", self._deferred(session, req))
         return SENT
 
     def _m_reset(self, session: Session, req: protocol.Request):
         with self._lock:
-            dev = self._lookup(req.params["device"])
-            if dev.busy or dev.leaving:
-                raise ProtocolError(
-                    protocol.DEVICE_BUSY, f"{dev.bdf}: {dev.busy or 'removal'} in progress", req.id
-                )
+            dev = self._lookup_idle(req)
             if self.leases.holder_of(dev.bdf) is not None:
                 if not req.params.get("force"):
                     raise ProtocolError(
@@ -1052,11 +1053,7 @@ class Service:
 
     def _m_recover(self, session: Session, req: protocol.Request):
         with self._lock:
-            dev = self._lookup(req.params["device"])
-            if dev.busy or dev.leaving:
-                raise ProtocolError(
-                    protocol.DEVICE_BUSY, f"{dev.bdf}: {dev.busy or 'removal'} in progress", req.id
-                )
+            dev = self._lookup_idle(req)
             state = dev.states.health
             if state not in ("DEGRADED", "FAULTED"):
                 raise ProtocolError(
