@@ -12,13 +12,13 @@ PYTEST_ARGS ?=
 APT_PACKAGES := qemu-system-x86 qemu-utils debootstrap e2fsprogs cpio pciutils python3-venv
 NEEDED_TOOLS := qemu-system-x86_64 qemu-nbd debootstrap mkfs.ext4 cpio
 
-.PHONY: certify test setup venv image unit lint bench clean-image
+.PHONY: certify test setup venv image qemu-prefix unit lint bench clean-image
 
-certify: setup venv image
+certify: setup venv image qemu-prefix
 	@echo "hilconform: certifying $(HOST): every DISC/LIFE/HP/AER/RST clause (docs/spec.md)"
 	$(PY) -m pytest suites -n 2 --host $(HOST) $(PYTEST_ARGS)
 
-test: setup venv image
+test: setup venv image qemu-prefix
 	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
 
 unit: venv
@@ -48,6 +48,14 @@ image:
 	@if [ "$$(id -u)" != 0 ] && ! $(PYTHON) vm-images/build_guest.py --check; then \
 		echo "hilconform: the guest image needs building as root: sudo make image"; exit 1; fi
 	$(PYTHON) vm-images/build_guest.py
+
+# QEMU >= 10.1 with the vfio-user client, for hosts whose accelerators are device models
+# (docs/device-models.md): the system's if new enough, else trixie-backports (Debian 13) or a
+# private prefix in vm-images/build/qemu-prefix (Debian 12; built once, ~30 s, stamped).
+qemu-prefix:
+	@if [ "$$(id -u)" != 0 ] && ! $(PYTHON) vm-images/build_qemu_prefix.py --check; then \
+		echo "hilconform: the vfio-user QEMU needs setting up as root: sudo make qemu-prefix"; exit 1; fi
+	$(PYTHON) vm-images/build_qemu_prefix.py
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ProfileError
+from .vfio_user.model import ModelError, load_model
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
 HOTPLUG_MODES = ("native", "acpi")
 LINK_SPEEDS = ("2_5", "5", "8", "16")
 LINK_WIDTHS = ("1", "2", "4", "8", "12", "16", "32")
 EMPTY = "empty"
+MODEL_PREFIX = "model:"  # a slot device `model:a100-sxm4` is the device model emulators/models/a100-sxm4.toml
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,11 @@ class DeviceKind:
     class_code: str
     queue: str
     disk_mib: int = 0
+
+    @property
+    def model(self) -> str | None:
+        """The device model's name for a `model:<name>` kind (served over vfio-user), else None."""
+        return self.name.removeprefix(MODEL_PREFIX) if self.name.startswith(MODEL_PREFIX) else None
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,12 @@ class HostProfile:
         except KeyError:
             known = ", ".join(sorted(self.kinds))
             raise ProfileError(f"unknown device kind {name!r} (known: {known})") from None
+
+    @property
+    def uses_models(self) -> bool:
+        """Whether any slot holds (or accepts) a device model, which needs the vfio-user QEMU."""
+        return any(self.kinds[name].model for s in self.slots for name in (s.device, s.accepts)
+                   if name in self.kinds)
 
     def with_hotplug_mode(self, mode: str) -> HostProfile:
         if mode not in HOTPLUG_MODES:
@@ -201,6 +214,8 @@ class _ProfileReader:
         if width not in LINK_WIDTHS:
             raise self.fail(f"{where}.link.width", f"{width!r} is not one of {LINK_WIDTHS}")
         device = self.get(raw, "device", str, where)
+        self.add_model_kind(device, f"{where}.device")
+        self.add_model_kind(raw.get("accepts"), f"{where}.accepts")
         if device != EMPTY and device not in self.kinds:
             known = ", ".join([EMPTY, *sorted(self.kinds)])
             raise self.fail(f"{where}.device", f"unknown device kind {device!r} (known: {known})")
@@ -228,6 +243,18 @@ class _ProfileReader:
             stands_in_for=stands_in_for,
             firmware_version=self.get(raw, "firmware_version", str, where, None),
         )
+
+    def add_model_kind(self, name: Any, key: str) -> None:
+        """Make `model:<name>` a device kind: the model's IDs, served by vfio-user-pci."""
+        if not isinstance(name, str) or not name.startswith(MODEL_PREFIX) or name in self.kinds:
+            return
+        try:
+            model = load_model(name.removeprefix(MODEL_PREFIX))
+        except ModelError as exc:
+            raise self.fail(key, str(exc)) from None
+        self.kinds[name] = DeviceKind(name=name, qemu_driver="vfio-user-pci", vendor=f"{model.vendor:04x}",
+                                      device=f"{model.device:04x}", class_code=model.class_hex,
+                                      queue="model")
 
     def check_unique(self, slots: tuple[Slot, ...]) -> None:
         for attr in ("name", "chassis", "slot"):

@@ -90,9 +90,20 @@ def nbd_blockdev(layout: InstanceLayout, slot_name: str) -> dict:
     }
 
 
-def stand_in_device(slot: Slot, kind: DeviceKind, device_id: str) -> dict:
+def model_socket(layout: InstanceLayout, slot_name: str) -> Path:
+    """The unix socket a slot's device model (vfio-user server) listens on."""
+    return layout.folder / f"vu-{slot_name}.sock"
+
+
+def stand_in_device(slot: Slot, kind: DeviceKind, device_id: str,
+                    layout: InstanceLayout | None = None) -> dict:
     """`device_add` / `-device` properties for the stand-in device in a slot."""
     props: dict = {"driver": kind.qemu_driver, "id": device_id, "bus": slot.port_id, "addr": "0"}
+    if kind.model:
+        if layout is None:
+            raise InfrastructureError(f"slot {slot.name}: a device model ({kind.name}) needs the "
+                                      "VM's instance folder for its vfio-user socket")
+        props["socket"] = {"type": "unix", "path": str(model_socket(layout, slot.name))}
     if kind.queue == "nbd":
         props["drive"] = queue_node(slot.name)
         props["serial"] = f"HILC-{slot.name.upper()}"
@@ -147,7 +158,7 @@ def build_argv(
             if kind.queue == "nbd":
                 argv += ["-blockdev", json.dumps(nbd_blockdev(layout, slot.name),
                                                  separators=(",", ":"))]
-            argv += _device(**stand_in_device(slot, kind, slot.name))
+            argv += _device(**stand_in_device(slot, kind, slot.name, layout))
     return argv
 
 

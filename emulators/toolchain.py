@@ -9,6 +9,7 @@ import shutil
 import subprocess
 
 from .errors import ToolMissing
+from .image import CHECKOUT
 
 INSTALL_HINT = "apt-get install qemu-system-x86 qemu-utils (or run `make setup` as root)"
 
@@ -37,3 +38,61 @@ def qemu_version(binary: str | None = None) -> str:
     out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False).stdout
     match = re.search(r"version (\S+)", out)
     return match.group(1) if match else "unknown"
+
+
+# -- the QEMU that model-based hosts need (vfio-user client) ---------------------------------------
+VFIO_USER_MIN_VERSION = (10, 1)
+QEMU_PREFIX_WRAPPER = CHECKOUT / "vm-images" / "build" / "qemu-prefix" / "qemu-system-x86_64"
+VFIO_USER_HINT = (
+    "run `make qemu-prefix` (Debian 12: builds a private QEMU prefix from trixie-backports in "
+    "vm-images/build/qemu-prefix; Debian 13: installs qemu-system-x86 from trixie-backports), "
+    "or point HILCONFORM_QEMU_VFIO_USER at a qemu-system-x86_64 >= 10.1"
+)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version)[:2])
+
+
+@functools.cache
+def has_vfio_user(binary: str) -> bool:
+    """Whether this QEMU offers the vfio-user client device (`vfio-user-pci`)."""
+    try:
+        # Asks for this one device's options: a full `-device help` loads every module on the host.
+        result = subprocess.run([binary, "-device", "vfio-user-pci,help"], capture_output=True,
+                                text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0 and "socket=" in result.stdout
+
+
+def vfio_user_qemu_binary() -> str:
+    """A QEMU >= 10.1 with vfio-user: HILCONFORM_QEMU_VFIO_USER, the system's, or the private prefix."""
+    candidates = []
+    if os.environ.get("HILCONFORM_QEMU_VFIO_USER"):
+        candidates.append(("HILCONFORM_QEMU_VFIO_USER", os.environ["HILCONFORM_QEMU_VFIO_USER"]))
+    else:
+        system = shutil.which("qemu-system-x86_64")
+        if system:
+            candidates.append(("system", system))
+        if QEMU_PREFIX_WRAPPER.exists():
+            candidates.append(("prefix", str(QEMU_PREFIX_WRAPPER)))
+    seen = []
+    for origin, binary in candidates:
+        version = qemu_version(binary)
+        seen.append(f"{origin} {binary}: QEMU {version}")
+        if version != "unknown" and _version_tuple(version) >= VFIO_USER_MIN_VERSION \
+                and has_vfio_user(binary):
+            return binary
+    found = "; ".join(seen) or "no QEMU found"
+    raise ToolMissing(
+        f"model-based hosts need QEMU >= {'.'.join(map(str, VFIO_USER_MIN_VERSION))} with the vfio-user "
+        f"client (vfio-user-pci); found: {found}. To get it: {VFIO_USER_HINT}"
+    )
+
+
+def qemu_binary_for(profile) -> str:
+    """The system QEMU for stock-device profiles; the vfio-user one if any slot holds a model."""
+    if getattr(profile, "uses_models", False):
+        return vfio_user_qemu_binary()
+    return qemu_binary()

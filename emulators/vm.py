@@ -23,9 +23,10 @@ from .layout import InstanceLayout
 from .nbd_queue import NbdQueueBackend
 from .processes import ChildProcess, wait_for_path
 from .profile import HostProfile
-from .qemu_command import build_argv
+from .qemu_command import build_argv, model_socket
 from .qmp_session import QmpSession
-from .toolchain import qemu_binary, qemu_version
+from .toolchain import qemu_binary_for, qemu_version
+from .vfio_user.host import ModelHost
 
 _live_vms: weakref.WeakSet[EmulatedVM] = weakref.WeakSet()
 
@@ -56,13 +57,15 @@ class EmulatedVM:
         # Without -no-reboot a guest reboot (or QMP system_reset) restarts the guest
         # instead of ending QEMU; a kernel panic then loops until the ready deadline.
         self.allow_reboot = allow_reboot
-        self.qemu_binary = qemu_binary()
+        # Stock-device profiles run on the system QEMU; a profile with device models needs vfio-user.
+        self.qemu_binary = qemu_binary_for(profile)
         self.qemu_version = qemu_version(self.qemu_binary)
         self.layout: InstanceLayout | None = None
         self.qemu: ChildProcess | None = None
         self.qmp: QmpSession | None = None
         self.agent: GuestAgent | None = None
         self.queues: dict[str, NbdQueueBackend] = {}
+        self.models = ModelHost()  # vfio-user servers of the slots that hold device models
         self.timings: dict[str, float] = {}
         self._stopped = False
 
@@ -77,6 +80,9 @@ class EmulatedVM:
             for slot in self.profile.slots:
                 if slot.populated and self.profile.kind(slot.device).queue == "nbd":
                     self.queue_backend(slot.name)
+                if slot.populated and self.profile.kind(slot.device).model:
+                    self.models.serve(slot.name, self.profile.kind(slot.device).model,
+                                      model_socket(self.layout, slot.name))
             argv = build_argv(self.qemu_binary, self.profile, self.image, self.layout, self.accel)
             if self.allow_reboot:
                 argv.remove("-no-reboot")
@@ -147,6 +153,7 @@ class EmulatedVM:
                 for backend in self.queues.values():
                     if backend.stalled:
                         backend.resume()  # a stuck backend can freeze QEMU's quit
+                self.models.resume_all()  # so does a hung model server
                 try:
                     self.qmp.execute("quit", timeout_s=grace_s)
                 except InfrastructureError:
@@ -160,6 +167,7 @@ class EmulatedVM:
             self.qemu.stop()
         for backend in self.queues.values():
             backend.stop()
+        self.models.stop()
         if self.layout is not None:
             instance_dir.remove_instance_dir(self.layout.folder, keep=self.keep)
 

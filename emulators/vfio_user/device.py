@@ -1,0 +1,164 @@
+"""One emulated card: configuration space, BAR0 registers, memfd BARs, resets and faults.
+
+The server calls `region_read`/`region_write`; tests call the fault methods
+directly (no signals, no helper process). Everything is under one lock
+because the server thread and the test thread both touch the state.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+
+from . import protocol
+from .config_space import ConfigSpace
+from .model import Bar, DeviceModel, Version, pci_tables
+from .registers import CommandQueue, RegisterFile
+
+
+@dataclass
+class DeviceStats:
+    region_reads: int = 0
+    region_writes: int = 0
+    device_resets: int = 0
+    flrs: int = 0
+    log: list[str] = field(default_factory=list)
+
+
+class ModelDevice:
+    def __init__(self, model: DeviceModel, instance: str, serial_suffix: int = 0):
+        self.model = model
+        self.instance = instance
+        self.lock = threading.RLock()
+        self.stats = DeviceStats()
+        self.config = ConfigSpace(model, model.serial_number + serial_suffix, on_flr=self._flr)
+        self.queue = CommandQueue(model.queue_depth, model.queue_service_us / 1e6)
+        self.registers = RegisterFile(model, self.queue)
+        self.fallen_off = False
+        self.memfds: dict[int, int] = {}
+        for bar in model.bars:
+            if bar.backing == "memfd":
+                fd = os.memfd_create(f"hilc-{instance}-bar{bar.index}", os.MFD_CLOEXEC)
+                os.ftruncate(fd, bar.size)
+                self.memfds[bar.index] = fd
+
+    def close(self) -> None:
+        for fd in self.memfds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.memfds.clear()
+
+    # -- what the server asks ---------------------------------------------------------------------
+    def region_info(self, index: int) -> tuple[int, int, int | None]:
+        """(flags, size, fd to map or None) of a vfio region."""
+        rw = protocol.REGION_FLAG_READ | protocol.REGION_FLAG_WRITE
+        if index == protocol.CONFIG_REGION:
+            return rw, 4096, None
+        bar = self.model.bar(index) if index in protocol.BAR_REGIONS else None
+        if bar is None:
+            return 0, 0, None
+        if bar.backing == "memfd":
+            return rw | protocol.REGION_FLAG_MMAP, bar.size, self.memfds[bar.index]
+        return rw, bar.size, None
+
+    def region_read(self, region: int, offset: int, count: int) -> bytes:
+        with self.lock:
+            self.stats.region_reads += 1
+            if self.fallen_off:
+                return b"\xff" * count
+            if region == protocol.CONFIG_REGION:
+                return self.config.read(offset, count)
+            bar = self._bar(region, offset, count)
+            if bar.backing == "registers":
+                return self.registers.read(offset, count)
+            return os.pread(self.memfds[bar.index], count, offset)
+
+    def region_write(self, region: int, offset: int, data: bytes) -> None:
+        with self.lock:
+            self.stats.region_writes += 1
+            if self.fallen_off:
+                return
+            if region == protocol.CONFIG_REGION:
+                self.config.write(offset, data)
+                return
+            bar = self._bar(region, offset, len(data))
+            if bar.backing == "registers":
+                self.registers.write(offset, data)
+            else:
+                os.pwrite(self.memfds[bar.index], data, offset)
+
+    def _bar(self, region: int, offset: int, count: int) -> Bar:
+        bar = self.model.bar(region) if region in protocol.BAR_REGIONS else None
+        if bar is None or offset < 0 or offset + count > bar.size:
+            raise ValueError(f"{self.instance}: access to region {region} at 0x{offset:x}+{count} "
+                             "is outside every BAR")
+        return bar
+
+    def device_reset(self) -> None:
+        """VFIO device reset (QEMU resets the device on system reset / guest reboot)."""
+        with self.lock:
+            self.stats.device_resets += 1
+            self.stats.log.append("device_reset")
+            self._reset_function()
+
+    def _flr(self) -> None:
+        # Called from config.write with the lock held.
+        self.stats.flrs += 1
+        self.stats.log.append("flr")
+        self._reset_function()
+
+    def _reset_function(self) -> None:
+        """What a reset clears: the queue, the guest's registers and config writes.
+
+        The firmware version, a fault's link state and an FPGA's programmed shell stay:
+        they belong to the card, not to the function's volatile state.
+        """
+        link = self.config.link_status()
+        self.queue.reset()
+        self.registers.scratch = 0
+        self.config.reset()
+        speeds = {code: name for name, code in pci_tables()["link_speeds"].items()}
+        self.config.set_link(speeds[link[0]], link[1])
+
+    # -- fault knobs --------------------------------------------------------------------------------
+    def stick_queue(self, stuck: bool = True) -> None:
+        """Completions stop (registers still answer); False lets them resume."""
+        with self.lock:
+            self.queue.set_stuck(stuck)
+
+    def slow_queue(self, service_s: float | None) -> None:
+        """Each command takes service_s; None restores the model's own service time."""
+        with self.lock:
+            self.queue.set_service_time(
+                self.model.queue_service_us / 1e6 if service_s is None else service_s)
+
+    def fall_off_bus(self, fallen: bool = True) -> None:
+        """Every config and register read returns all ones, writes vanish; no hot-plug event.
+
+        BARs the guest has mapped (memfd) keep their contents, as with a server that died.
+        """
+        with self.lock:
+            self.fallen_off = fallen
+
+    def lose_config(self) -> None:
+        """The card forgot its configuration: BAR addresses and command register cleared."""
+        with self.lock:
+            self.config.clear_bars()
+
+    def set_firmware_version(self, version: str | None) -> None:
+        """Report another firmware version (a mismatch); None restores the model's."""
+        with self.lock:
+            chosen = self.model.firmware if version is None else Version.parse(version)
+            self.registers.firmware_version = chosen.register
+
+    def train_link(self, speed: str | None = None, width: int | None = None) -> None:
+        """Link Status as if trained at speed/width (below the capability); None = capability."""
+        with self.lock:
+            speed = speed or self.model.link_speed
+            width = width or self.model.link_width
+            if speed not in pci_tables()["link_speeds"]:
+                raise ValueError(f"unknown link speed {speed!r}")
+            self.config.set_link(speed, width)

@@ -1,0 +1,60 @@
+"""The model devices of one emulated host: one server per slot, all in this process.
+
+The VM starts them before QEMU (QEMU connects while realizing the device) and
+stops them after QEMU has quit. Tests reach a slot's device (fault knobs) and
+server (die, hang) through here; the supervisor watches every server.
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+from .device import ModelDevice
+from .model import load_model
+from .server import ModelServer
+from .supervisor import Supervisor
+
+
+class ModelHost:
+    def __init__(self, hung_after_s: float = 1.0):
+        self.servers: dict[str, ModelServer] = {}
+        self.supervisor = Supervisor(hung_after_s=hung_after_s)
+
+    def serve(self, slot: str, model_name: str, socket_path: Path,
+              device_id: str | None = None) -> ModelServer:
+        """Start serving `model_name` for `slot` on `socket_path` (watched, policy 'leave')."""
+        if slot in self.servers:
+            raise ValueError(f"slot {slot!r} already has a model server")
+        model = load_model(model_name)
+        # Each instance gets its own serial number (DSN), as two real cards would.
+        device = ModelDevice(model, device_id or slot, serial_suffix=zlib.crc32(slot.encode()) & 0xFFFF)
+        server = ModelServer(device, socket_path)
+        try:
+            server.start()
+        except BaseException:
+            device.close()
+            raise
+        self.servers[slot] = server
+        self.supervisor.watch(device.instance, server)
+        return server
+
+    def device(self, slot: str) -> ModelDevice:
+        return self.server(slot).device
+
+    def server(self, slot: str) -> ModelServer:
+        try:
+            return self.servers[slot]
+        except KeyError:
+            raise KeyError(f"no model served for slot {slot!r} (served: {', '.join(self.servers)})") from None
+
+    def resume_all(self) -> None:
+        """Let hung servers answer again (QEMU's quit would otherwise wait on them)."""
+        for server in self.servers.values():
+            server.resume()
+
+    def stop(self) -> None:
+        self.supervisor.stop()
+        for server in self.servers.values():
+            server.stop()
+        self.servers.clear()

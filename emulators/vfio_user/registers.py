@@ -1,0 +1,156 @@
+"""BAR0 of a model: identity and version registers and a command queue with a doorbell.
+
+The queue needs no thread: each submitted command is due `service_us` after
+the one before it (or after its submission), and completions are counted
+whenever a register is read. A stuck queue completes nothing while every
+register keeps answering; a slow queue stretches the service time. The layout
+is data (emulators/models/registers.toml).
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+
+from .model import MODEL_DIR, DeviceModel
+
+MASK32 = 0xFFFFFFFF
+
+
+@cache
+def register_map() -> dict[str, int]:
+    return tomllib.loads((MODEL_DIR / "registers.toml").read_text())
+
+
+@dataclass
+class QueueCounters:
+    tail: int = 0
+    head: int = 0
+    completions: int = 0
+    rejected: int = 0
+
+
+class CommandQueue:
+    """Commands in flight, completed in order when due (unless stuck)."""
+
+    def __init__(self, depth: int, service_s: float, clock=time.monotonic):
+        self.depth = depth
+        self.service_s = service_s
+        self.clock = clock
+        self.stuck = False
+        self.counters = QueueCounters()
+        self._due: collections.deque[float] = collections.deque()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._due)
+
+    def submit(self, count: int) -> None:
+        self.advance()
+        accepted = min(count, self.depth - len(self._due))
+        self.counters.rejected += count - accepted
+        now = self.clock()
+        last = self._due[-1] if self._due else now
+        for _ in range(accepted):
+            last = max(last, now) + self.service_s
+            self._due.append(last)
+        self.counters.tail = (self.counters.tail + accepted) & MASK32
+
+    def advance(self) -> None:
+        """Complete every command that is due (none while stuck)."""
+        if self.stuck:
+            return
+        now = self.clock()
+        while self._due and self._due[0] <= now:
+            self._due.popleft()
+            self.counters.head = (self.counters.head + 1) & MASK32
+            self.counters.completions = (self.counters.completions + 1) & MASK32
+
+    def set_stuck(self, stuck: bool) -> None:
+        if stuck:
+            self.advance()
+            self.stuck = True
+            return
+        # Unstuck: what was waiting is due from now on, one service time apart.
+        self.stuck = False
+        now = self.clock()
+        pending = len(self._due)
+        self._due.clear()
+        for i in range(1, pending + 1):
+            self._due.append(now + i * self.service_s)
+
+    def set_service_time(self, service_s: float) -> None:
+        self.advance()
+        self.service_s = service_s
+        now = self.clock()
+        pending = len(self._due)
+        self._due.clear()
+        for i in range(1, pending + 1):
+            self._due.append(now + i * service_s)
+
+    def reset(self) -> None:
+        """Drop every command in flight; head and tail back to 0 (completions keep counting)."""
+        self._due.clear()
+        self.counters.head = 0
+        self.counters.tail = 0
+
+
+class RegisterFile:
+    """The BAR0 registers of one device instance."""
+
+    def __init__(self, model: DeviceModel, queue: CommandQueue):
+        self.model = model
+        self.queue = queue
+        self.regs = register_map()
+        self.firmware_version = model.firmware.register
+        self.shell_version = model.shell.register if model.shell else 0
+        self.scratch = 0
+
+    def read32(self, offset: int) -> int:
+        r = self.regs
+        self.queue.advance()
+        c = self.queue.counters
+        values = {
+            r["magic"]: r["magic_value"],
+            r["ident"]: self.model.vendor | self.model.device << 16,
+            r["firmware_version"]: self.firmware_version,
+            r["shell_version"]: self.shell_version,
+            r["status"]: r["status_ready"],
+            r["scratch"]: self.scratch,
+            r["queue_depth"]: self.queue.depth,
+            r["queue_tail"]: c.tail,
+            r["queue_head"]: c.head,
+            r["queue_completions"]: c.completions,
+            r["queue_in_flight"]: self.queue.in_flight,
+            r["queue_rejected"]: c.rejected,
+        }
+        return values.get(offset, 0)
+
+    def write32(self, offset: int, value: int) -> None:
+        r = self.regs
+        if offset == r["scratch"]:
+            self.scratch = value
+        elif offset == r["queue_doorbell"]:
+            self.queue.submit(value)
+        elif offset == r["queue_control"] and value & r["queue_reset_bit"]:
+            self.queue.reset()
+        elif offset == r["shell_program"] and self.model.shell is not None:
+            self.shell_version = value
+
+    def read(self, offset: int, count: int) -> bytes:
+        """Any aligned access inside the BAR: built from the 32-bit registers."""
+        start = offset & ~3
+        end = offset + count
+        raw = bytearray()
+        for at in range(start, end, 4):
+            raw += self.read32(at).to_bytes(4, "little")
+        return bytes(raw[offset - start:offset - start + count])
+
+    def write(self, offset: int, data: bytes) -> None:
+        if offset % 4 == 0 and len(data) in (4, 8):
+            for i in range(0, len(data), 4):
+                self.write32(offset + i, int.from_bytes(data[i:i + 4], "little"))
+        # Narrower writes hit no register: dropped, as the registers are 32-bit.
