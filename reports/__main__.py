@@ -1,0 +1,7 @@
+"""`python -m hilconform.reports ...` is the `hilconform` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

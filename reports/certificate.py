@@ -1,0 +1,247 @@
+"""certificate.json: what a run found, per clause, with its figures, host, devices and versions.
+
+Built only from the run folder's files; validated against
+`certificate.schema.json` (shipped beside this module, documented in
+docs/certificate.md) before it is written. `schema_version` changes when a
+field changes meaning or goes away; `report diff` refuses to compare across it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import platform
+import re
+from collections import defaultdict
+from importlib import metadata
+from pathlib import Path
+
+from .run_folder import RunFolder
+from .verdicts import clause_verdict, overall_verdict
+
+SCHEMA_VERSION = 1
+SCHEMA_FILE = Path(__file__).with_name("certificate.schema.json")
+SPEC = Path(__file__).resolve().parent.parent / "docs" / "spec.md"
+_SPEC_ROW = re.compile(r"^\|\s*([A-Z]+-\d{2})\s*\|\s*([^|]+?)\s*\|")
+
+
+class CertificateInvalid(ValueError):
+    """A certificate does not match its schema (a bug in the builder, or a file edited by hand)."""
+
+
+@functools.cache
+def clause_statements(spec: Path = SPEC) -> dict[str, str]:
+    """Clause ID → its short statement, from the spec table (empty when the spec is not at hand)."""
+    if not spec.is_file():
+        return {}
+    rows = (_SPEC_ROW.match(line) for line in spec.read_text().splitlines())
+    return {m.group(1): m.group(2) for m in rows if m}
+
+
+@functools.cache
+def schema() -> dict:
+    return json.loads(SCHEMA_FILE.read_text())
+
+
+def validate(certificate: dict) -> None:
+    import jsonschema
+
+    try:
+        jsonschema.validate(certificate, schema())
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
+        raise CertificateInvalid(f"certificate.json at {where}: {exc.message}") from None
+
+
+def figure_key(figure: dict) -> str:
+    """`CLAUSE name` plus the test's parameters, e.g. `DISC-02 hot_add_latency [acpi]`."""
+    params = re.search(r"(\[[^\]]*\])$", figure.get("nodeid", ""))
+    return f"{figure['clause']} {figure['name']}" + (f" {params.group(1)}" if params else "")
+
+
+def _versions() -> dict:
+    def version(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {
+        "hilconform": version("hilconform"),
+        "python": platform.python_version(),
+        "pytest": version("pytest"),
+        "pytest_xdist": version("pytest-xdist"),
+        "allure_pytest": version("allure-pytest"),
+    }
+
+
+def _firmware_versions(events: dict[str, list[dict]]) -> dict[tuple[str, str], str]:
+    found = {}
+    for instance, log in events.items():
+        for event in log:
+            data = event.get("data", {})
+            if event.get("event") == "procedure" and data.get("step") == "firmware" and data.get("version"):
+                found[(instance, data["device"])] = data["version"]
+    return found
+
+
+def _devices(hosts: list[dict], firmware: dict) -> list[dict]:
+    devices = []
+    for host in hosts:
+        inventory = host.get("inventory") or {}
+        for record in inventory.get("devices", []):
+            info = record.get("info", {})
+            devices.append(
+                {
+                    "host_instance": host["instance"],
+                    "bdf": record["device"],
+                    "vendor_id": info.get("vendor_id"),
+                    "device_id": info.get("device_id"),
+                    "subsystem_vendor_id": info.get("subsystem_vendor_id"),
+                    "subsystem_id": info.get("subsystem_id"),
+                    "class_code": info.get("class_code"),
+                    "driver": info.get("driver"),
+                    "firmware": firmware.get((host["instance"], record["device"])),
+                    "link": info.get("link") or {},
+                    "slot": record.get("slot"),
+                    "fingerprint": record.get("fingerprint"),
+                    "state": record.get("state"),
+                }
+            )
+    return devices
+
+
+def _figures(measurements: list[dict]) -> dict[str, list[dict]]:
+    per_clause = defaultdict(list)
+    for m in measurements:
+        per_clause[m["clause"]].append(
+            {
+                "key": figure_key(m),
+                "name": m["name"],
+                "nodeid": m.get("nodeid", ""),
+                "unit": m["unit"],
+                "n": m["n"],
+                "min": m["min"],
+                "median": m["median"],
+                "p95": m["p95"],
+                "max": m["max"],
+                "budget": m.get("budget"),
+                "budget_stat": m.get("budget_stat"),
+                "within_budget": m.get("within_budget"),
+                "values": m.get("values", []),
+            }
+        )
+    return per_clause
+
+
+def build(run: RunFolder, sensitivity: dict | None = None) -> dict:
+    """The certificate of a run folder, complete or not (a run cut short is `incomplete`)."""
+    meta = run.read_run()
+    tests = run.test_records()
+    scope = meta.get("scope", {})
+    scope_clauses: dict[str, list[str]] = scope.get("clauses", {})
+    by_clause: dict[str, list[dict]] = {c: [] for c in scope_clauses}
+    others = {}
+    for test in tests:
+        if test.get("clause"):
+            by_clause.setdefault(test["clause"], []).append(test)
+        else:
+            others[test["nodeid"]] = test["outcome"]
+    figures = _figures(run.measurements())
+    statements = clause_statements()
+    clauses = []
+    for clause_id in sorted(by_clause, key=_clause_order):
+        results = by_clause[clause_id]
+        clauses.append(
+            {
+                "id": clause_id,
+                "statement": statements.get(clause_id, ""),
+                "verdict": clause_verdict([t["outcome"] for t in results]),
+                "tests": [
+                    {
+                        "nodeid": t["nodeid"],
+                        "outcome": t["outcome"],
+                        "duration_s": round(t["duration_s"], 3),
+                        "message": t.get("message", ""),
+                    }
+                    for t in results
+                ],
+                "figures": figures.get(clause_id, []),
+            }
+        )
+    finish = run.session_finish()
+    pytest_exit = meta.get("pytest_exit")
+    if pytest_exit is None and finish is not None:
+        pytest_exit = finish["exitstatus"]
+    overall = overall_verdict(
+        {c["id"]: c["verdict"] for c in clauses}, others, meta.get("interrupted"), pytest_exit
+    )
+    hosts = run.hosts()
+    events = run.runtime_events()
+    first = hosts[0] if hosts else {}
+    runtime = first.get("runtime") or {}
+    counts = defaultdict(int)
+    for test in tests:
+        counts[test["outcome"]] += 1
+    certificate = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "hilconform-certificate",
+        "status": "complete" if overall.verdict != "incomplete" else "incomplete",
+        "verdict": overall.verdict,
+        "exit_code": overall.exit_code,
+        "reasons": overall.reasons,
+        "run": {
+            "id": meta["run_id"],
+            "started": meta.get("started"),
+            "finished": meta.get("finished"),
+            "duration_s": meta.get("duration_s"),
+            "suites": meta.get("suites", []),
+            "clauses_selected": meta.get("clauses_selected", []),
+            "workers": meta.get("workers"),
+            "interrupted": meta.get("interrupted"),
+            "pytest_exit": pytest_exit,
+            "pytest_argv": meta.get("pytest_argv", []),
+            "unfinished_tests": run.unfinished_tests(),
+            "tests": dict(counts),
+        },
+        "host": {
+            "spec": meta.get("host"),
+            "profile": first.get("profile"),
+            "description": first.get("description"),
+            "hotplug_mode": first.get("hotplug_mode"),
+            "accel": first.get("accel"),
+            "instances": [h["instance"] for h in hosts],
+        },
+        "versions": {
+            **_versions(),
+            "qemu": first.get("qemu_version"),
+            "guest_kernel": first.get("guest_kernel"),
+            "runtime": runtime.get("runtime"),
+            "runtime_version": runtime.get("runtime_version"),
+            "protocol": runtime.get("protocol"),
+            "runtime_module": meta.get("runtime_module"),
+        },
+        "devices": _devices(hosts, _firmware_versions(events)),
+        "clauses": clauses,
+        "other_tests": [
+            {"nodeid": t["nodeid"], "outcome": t["outcome"], "message": t.get("message", "")}
+            for t in tests
+            if not t.get("clause")
+        ],
+        "sensitivity": sensitivity,
+    }
+    validate(certificate)
+    return certificate
+
+
+def _clause_order(clause_id: str) -> tuple:
+    areas = ["DISC", "LIFE", "HP", "AER", "RST", "REAL"]
+    area, _, number = clause_id.partition("-")
+    return (areas.index(area) if area in areas else len(areas), area, number)
+
+
+def write(run: RunFolder, certificate: dict) -> Path:
+    tmp = run.certificate.with_suffix(".tmp")
+    tmp.write_text(json.dumps(certificate, indent=1))
+    tmp.replace(run.certificate)
+    return run.certificate

@@ -1,0 +1,347 @@
+"""`hilconform certify`: run the suites as a pytest process, show progress per clause, write the run folder.
+
+Steps: check the input (host, suites, clauses) with a collect-only pytest run
+before anything starts; run pytest with the run folder's options; print one
+line per finished test while it runs; then build certificate.json, the Allure
+environment and categories, and report.html from the folder's files. Ctrl-C is
+forwarded once to pytest's process group (pytest ends the VMs); the folder is
+still completed and says the run is incomplete.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import allure_files, certificate, html_report
+from .run_folder import RunFolder
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+SUITES = CHECKOUT / "suites"
+SELF_CHECK_SCRIPT = CHECKOUT / "tests" / "sensitivity" / "run_sensitivity.py"
+POLL_S = 0.5
+INTERRUPT_GRACE_S = (
+    120.0  # after Ctrl-C, how long pytest may take to end its VMs before SIGTERM, then SIGKILL
+)
+COLLECT_TIMEOUT_S = 180.0
+
+
+class CertifyError(Exception):
+    """Bad input or a run that could not start: the message says what was wrong (exit 2)."""
+
+
+@dataclass
+class CertifyOptions:
+    host: str
+    suites: list[str] = field(default_factory=list)
+    clauses: list[str] = field(default_factory=list)
+    out: Path = CHECKOUT / "reports"
+    workers: int = 2
+    runtime_module: str | None = None
+    self_check: bool = False
+    max_minutes: float = 180.0
+    quiet: bool = False
+
+
+def available_suites() -> list[str]:
+    if not SUITES.is_dir():
+        raise CertifyError(f"{SUITES}: no suites folder; `hilconform certify` runs from a source checkout")
+    return sorted(p.name for p in SUITES.iterdir() if p.is_dir() and any(p.glob("test_*.py")))
+
+
+def _die_with_parent() -> None:
+    """In the pytest child: if the CLI is killed outright, pytest gets SIGTERM (and ends its VMs)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _suite_paths(options: CertifyOptions) -> list[str]:
+    known = available_suites()
+    unknown = [s for s in options.suites if s not in known]
+    if unknown:
+        raise CertifyError(f"unknown suite {', '.join(map(repr, unknown))} (known: {', '.join(known)})")
+    chosen = options.suites or [s for s in known if s != "smoke"]
+    return [f"suites/{s}" for s in chosen]
+
+
+def collect_scope(options: CertifyOptions, paths: list[str]) -> dict:
+    """Which tests and clauses the run covers; pytest's own usage errors (e.g. --host) become CertifyError."""
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *paths,
+        "--collect-only",
+        "-q",
+        "--list-clauses",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "0",
+        "--host",
+        options.host,
+    ]
+    if options.runtime_module:
+        argv += ["--runtime-module", options.runtime_module]
+    try:
+        done = subprocess.run(argv, cwd=CHECKOUT, capture_output=True, text=True, timeout=COLLECT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise CertifyError(f"collecting the suites took over {COLLECT_TIMEOUT_S:.0f} s") from None
+    if done.returncode != 0:
+        lines = [ln for ln in (done.stderr + done.stdout).splitlines() if ln.strip()]
+        errors = [ln.strip().removeprefix("ERROR: ") for ln in lines if "rror" in ln] or lines[-5:]
+        raise CertifyError("the suites could not be collected: " + "\n  ".join(errors[:8]))
+    clauses: dict[str, list[str]] = {}
+    tests = []
+    for line in done.stdout.splitlines():
+        if line.startswith("clause "):
+            _, clause, nodeid = line.split(" ", 2)
+            clauses.setdefault(clause, []).append(nodeid)
+        elif "::" in line and not line.startswith(" "):
+            tests.append(line.strip())
+    if options.clauses:
+        unknown = [c for c in options.clauses if c not in clauses]
+        if unknown:
+            raise CertifyError(
+                f"no test of the chosen suites checks clause {', '.join(unknown)} "
+                f"(clauses here: {', '.join(sorted(clauses))})"
+            )
+        clauses = {c: clauses[c] for c in options.clauses}
+        tests = [t for c in options.clauses for t in clauses[c]]
+    return {"clauses": clauses, "tests": tests}
+
+
+class Progress:
+    """Prints one line per finished test from progress.jsonl as pytest writes it."""
+
+    def __init__(self, run: RunFolder, total: int, out):
+        self.run, self.total, self.out = run, total, out
+        self.offset = 0
+        self.done = 0
+        self.buffer = ""
+
+    def poll(self) -> None:
+        try:
+            with self.run.progress.open() as stream:
+                stream.seek(self.offset)
+                chunk = stream.read()
+                self.offset = stream.tell()
+        except FileNotFoundError:
+            return
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split("\n")
+        for line in lines:
+            record = json.loads(line) if line.strip() else {}
+            if record.get("kind") == "test":
+                self.done += 1
+                clause = record.get("clause") or "-"
+                print(
+                    f"[{self.done:>3}/{self.total}] {clause:<8} {record['outcome']:<8} "
+                    f"({record['duration_s']:6.1f} s)  {record['nodeid']}",
+                    file=self.out,
+                    flush=True,
+                )
+
+
+def _pytest_argv(options: CertifyOptions, run: RunFolder, targets: list[str]) -> list[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *targets,
+        "-n",
+        str(options.workers),
+        "--host",
+        options.host,
+        "--junitxml",
+        str(run.junit),
+        "--alluredir",
+        str(run.allure_results),
+        "--measurements-dir",
+        str(run.measurements_dir),
+        "--run-dir",
+        str(run.path),
+        "-p",
+        "no:cacheprovider",
+        "-rfEs",
+    ]
+    if options.runtime_module:
+        argv += ["--runtime-module", options.runtime_module]
+    return argv
+
+
+def _run_pytest(
+    argv: list[str], run: RunFolder, progress: Progress, deadline_s: float
+) -> tuple[int, str | None]:
+    """Run pytest, printing progress; returns (exit status, why it was interrupted or None)."""
+    interrupted: list[str] = []
+
+    def on_signal(signum, _frame):
+        interrupted.append(f"{signal.Signals(signum).name} received")
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    with run.pytest_log.open("w") as log:
+        proc = subprocess.Popen(
+            argv,
+            cwd=CHECKOUT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+    try:
+        started = time.monotonic()
+        forwarded_at = None
+        while proc.poll() is None:
+            progress.poll()
+            now = time.monotonic()
+            if not interrupted and now - started > deadline_s:
+                interrupted.append(f"ran past the run deadline ({deadline_s / 60:.0f} min)")
+            if interrupted and forwarded_at is None:
+                print(
+                    f"hilconform: {interrupted[0]}: stopping pytest (it ends the VMs)...",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                _signal_group(proc, signal.SIGINT)
+                forwarded_at = now
+            elif forwarded_at is not None and now - forwarded_at > INTERRUPT_GRACE_S:
+                _signal_group(
+                    proc, signal.SIGKILL if now - forwarded_at > INTERRUPT_GRACE_S + 30 else signal.SIGTERM
+                )
+            try:
+                proc.wait(timeout=POLL_S)
+            except subprocess.TimeoutExpired:
+                pass
+        progress.poll()
+    finally:
+        if proc.poll() is None:  # the CLI itself is failing: never leave pytest behind
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return proc.returncode, (interrupted[0] if interrupted else None)
+
+
+def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+    try:
+        os.killpg(proc.pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _self_check(run: RunFolder, deadline_s: float) -> dict:
+    """The sensitivity script's contract: `--full --out DIR` writes the suites' mutant sensitivity table."""
+    argv = [sys.executable, str(SELF_CHECK_SCRIPT), "--full", "--out", str(run.sensitivity_dir)]
+    try:
+        done = subprocess.run(argv, cwd=CHECKOUT, capture_output=True, text=True, timeout=deadline_s)
+        status, output = done.returncode, (done.stdout + done.stderr)[-4000:]
+    except subprocess.TimeoutExpired:
+        status, output = None, f"ran past {deadline_s:.0f} s"
+    tables = {}
+    for path in sorted(run.sensitivity_dir.glob("*.json")) if run.sensitivity_dir.is_dir() else []:
+        try:
+            tables[path.name] = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            tables[path.name] = "(unreadable JSON)"
+    files = sorted(p.name for p in run.sensitivity_dir.iterdir()) if run.sensitivity_dir.is_dir() else []
+    return {"command": argv[1:], "exit_code": status, "files": files, "tables": tables, "output_tail": output}
+
+
+def finish(run: RunFolder, sensitivity: dict | None = None) -> dict:
+    """certificate.json, Allure environment/categories and report.html from the run folder's files."""
+    cert = certificate.build(run, sensitivity)
+    certificate.write(run, cert)
+    allure_files.write_categories(run.allure_results)
+    allure_files.write_environment(run.allure_results, cert)
+    html_report.write(run, cert)
+    return cert
+
+
+def certify(options: CertifyOptions, out=sys.stdout) -> int:
+    paths = _suite_paths(options)
+    if options.self_check and not SELF_CHECK_SCRIPT.is_file():
+        raise CertifyError(
+            f"--self-check needs {SELF_CHECK_SCRIPT} (a source checkout with the sensitivity "
+            "tests); it is not there"
+        )
+    if options.workers < 0:
+        raise CertifyError(f"--workers {options.workers}: must be 0 or more")
+    print(f"hilconform: certifying {options.host}: collecting {', '.join(paths)}", file=out, flush=True)
+    scope = collect_scope(options, paths)
+    targets = scope["tests"] if options.clauses else paths
+    run = RunFolder.create(options.out, options.host)
+    argv = _pytest_argv(options, run, targets)
+    started = time.time()
+    meta = {
+        "run_id": run.path.name,
+        "status": "running",
+        "started": _iso(started),
+        "finished": None,
+        "duration_s": None,
+        "host": options.host,
+        "suites": paths,
+        "clauses_selected": options.clauses,
+        "workers": options.workers,
+        "runtime_module": options.runtime_module,
+        "pytest_argv": argv[1:],
+        "pytest_exit": None,
+        "interrupted": None,
+        "scope": scope,
+    }
+    run.write_run(meta)
+    print(
+        f"hilconform: run folder {run.path}; {len(scope['tests'])} tests, {len(scope['clauses'])} clauses, "
+        f"{options.workers} workers (pytest output: {run.pytest_log})",
+        file=out,
+        flush=True,
+    )
+    status, interrupted = _run_pytest(
+        argv, run, Progress(run, len(scope["tests"]), out), options.max_minutes * 60
+    )
+    meta.update(
+        status="interrupted" if interrupted else "finished",
+        finished=_iso(time.time()),
+        duration_s=round(time.time() - started, 1),
+        pytest_exit=status,
+        interrupted=interrupted,
+    )
+    run.write_run(meta)
+    sensitivity = None
+    if options.self_check and not interrupted:
+        print("hilconform: self-check: running the suite sensitivity tests...", file=out, flush=True)
+        sensitivity = _self_check(run, options.max_minutes * 60)
+    cert = finish(run, sensitivity)
+    _print_verdict(cert, run, out)
+    return cert["exit_code"]
+
+
+def _print_verdict(cert: dict, run: RunFolder, out) -> None:
+    for reason in cert["reasons"]:
+        print(f"hilconform:   {reason}", file=out)
+    command = allure_files.render_command(run.allure_results)
+    if command:
+        print(
+            f"hilconform: Allure is installed: `hilconform report allure {run.path}` renders the Allure "
+            "report",
+            file=out,
+        )
+    print(
+        f"hilconform: verdict {cert['verdict'].upper()} (exit {cert['exit_code']}); run folder {run.path}",
+        file=out,
+        flush=True,
+    )
+
+
+def _iso(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))

@@ -1,0 +1,163 @@
+"""The `hilconform` command: `certify` a host, and `report` on run folders (diff, allure, rebuild).
+
+Exit codes (also in `hilconform --help`):
+  0  conformant (or partial: some clauses not checked because the host lacks a capability)
+  1  a clause failed (a definitive finding; wins over infrastructure errors in the same run)
+  2  infrastructure error, bad input, or an interrupted run (the certificate says "incomplete")
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from . import allure_files
+from .certificate import CertificateInvalid
+from .certify import CHECKOUT, CertifyError, CertifyOptions, available_suites, certify, finish
+from .diff import IncomparableRuns, diff_runs
+from .run_folder import NotARunFolder, RunFolder
+
+EXIT_CODES = """exit codes:
+  0  conformant: every clause in scope passed, or "partial": none failed or broke but some were not
+     checked (every test of theirs skipped: the host lacks a capability); the certificate lists them
+  1  nonconformant: a clause failed (a definitive finding; it wins over infrastructure errors)
+  2  incomplete or unusable: an infrastructure error (QEMU died, no image, ...), bad input (unknown host,
+     suite or clause; not a run folder; another certificate schema version), or an interrupted run
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hilconform",
+        description="Certify a host's device runtime and report on certification runs.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser(
+        "certify",
+        help="run the conformance suites and write a run folder",
+        description="Run the conformance suites against a host (pytest, parallel workers), print a line per "
+        "finished test, and write reports/<run-id>/: junit.xml, allure-results/, "
+        "certificate.json, report.html.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("--host", required=True, metavar="KIND:NAME", help="host to certify, e.g. emulated:a100")
+    run.add_argument(
+        "--suite",
+        action="append",
+        default=[],
+        metavar="AREA",
+        help="run only this area's suite (repeatable; default: every area but smoke)",
+    )
+    run.add_argument(
+        "--clause",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="run only the tests of this clause, e.g. DISC-01 (repeatable)",
+    )
+    run.add_argument(
+        "--out",
+        type=Path,
+        default=CHECKOUT / "reports",
+        metavar="DIR",
+        help="where the run folder is made (default: the checkout's reports/)",
+    )
+    run.add_argument(
+        "-n",
+        "--workers",
+        type=int,
+        default=2,
+        metavar="N",
+        help="parallel pytest workers, one VM each (default 2; 0 = no xdist)",
+    )
+    run.add_argument(
+        "--runtime-module",
+        metavar="MODULE",
+        help="python module the guest runs as the device runtime (default: the reference one)",
+    )
+    run.add_argument(
+        "--self-check",
+        action="store_true",
+        help="after the run, measure the suites' sensitivity (tests/sensitivity/"
+        "run_sensitivity.py --full) and add it to the certificate",
+    )
+    run.add_argument(
+        "--max-minutes",
+        type=float,
+        default=180.0,
+        metavar="M",
+        help="deadline of the whole run; past it the run is stopped as incomplete (default 180)",
+    )
+
+    report = commands.add_parser(
+        "report",
+        help="read run folders: diff, allure, rebuild",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = report.add_subparsers(dest="action", required=True, metavar="ACTION")
+    diff = actions.add_parser("diff", help="which clause verdicts and figures changed between two runs")
+    diff.add_argument("run_a", type=Path, metavar="RUN_A")
+    diff.add_argument("run_b", type=Path, metavar="RUN_B")
+    allure = actions.add_parser("allure", help="render the run's Allure report (needs the allure tool)")
+    allure.add_argument("run", type=Path, metavar="RUN")
+    rebuild = actions.add_parser(
+        "rebuild", help="rebuild certificate.json and report.html from the run's files"
+    )
+    rebuild.add_argument("run", type=Path, metavar="RUN")
+    return parser
+
+
+def _report(args) -> int:
+    if args.action == "diff":
+        result = diff_runs(args.run_a, args.run_b)
+        print(result.text(str(args.run_a), str(args.run_b)))
+        return 0
+    run = RunFolder.open(args.run)
+    if args.action == "rebuild":
+        cert = finish(run, run.read_certificate().get("sensitivity") if run.certificate.exists() else None)
+        print(f"hilconform: {run.certificate} and {run.html} rebuilt: verdict {cert['verdict'].upper()}")
+        return 0
+    command = allure_files.render_command(run.allure_results)
+    if command is None:
+        print(
+            "hilconform: the Allure renderer (`allure`) is not installed; the raw results are in "
+            f"{run.allure_results} (any Allure 2 installation renders them: allure serve DIR)",
+            file=sys.stderr,
+        )
+        return 2
+    print("hilconform: " + " ".join(command))
+    return subprocess.run(command, check=False).returncode and 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "certify":
+            options = CertifyOptions(
+                host=args.host,
+                suites=args.suite,
+                clauses=args.clause,
+                out=args.out,
+                workers=args.workers,
+                runtime_module=args.runtime_module,
+                self_check=args.self_check,
+                max_minutes=args.max_minutes,
+            )
+            return certify(options)
+        return _report(args)
+    except (CertifyError, NotARunFolder, IncomparableRuns, CertificateInvalid) as exc:
+        print(f"hilconform: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("hilconform: interrupted", file=sys.stderr)
+        return 2
+
+
+__all__ = ["main", "available_suites"]

@@ -1,0 +1,119 @@
+"""certificate.json from run folders: verdicts, figures, devices, versions, and its schema."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from recorded_runs import DISC01, DISC03, recorded_run, rewrite_progress, set_outcome, update_run
+
+from hilconform.reports import certificate
+from hilconform.reports.certificate import CertificateInvalid, build, validate
+
+
+def test_recorded_passing_run_is_conformant_with_its_figures_devices_and_versions(tmp_path):
+    cert = build(recorded_run(tmp_path))
+    assert (cert["verdict"], cert["status"], cert["exit_code"]) == ("conformant", "complete", 0)
+    assert [c["id"] for c in cert["clauses"]] == ["DISC-01", "DISC-03"]
+    assert {c["verdict"] for c in cert["clauses"]} == {"pass"}
+    figure = next(f for f in cert["clauses"][1]["figures"] if f["name"] == "cold_discovery")
+    assert (
+        figure["budget"] == 6000.0
+        and figure["budget_stat"] == "max"
+        and figure["n"] == len(figure["values"]) == 5
+    )
+    assert figure["min"] <= figure["median"] <= figure["p95"] <= figure["max"]
+    assert len(cert["devices"]) == 4
+    assert {(d["vendor_id"], d["device_id"], d["driver"], d["firmware"]) for d in cert["devices"]} == {
+        ("1b36", "0010", "nvme", "1.0")
+    }
+    assert cert["versions"]["qemu"] == "7.2.22" and cert["versions"]["protocol"] == 1
+    assert cert["versions"]["runtime"] == "hilconform-reference"
+    assert cert["host"]["spec"] == "emulated:a100" and cert["host"]["profile"] == "a100"
+
+
+def test_a_failed_clause_makes_the_run_nonconformant_even_with_an_infrastructure_error(tmp_path):
+    run = recorded_run(tmp_path)
+    set_outcome(run, DISC01, "failed", "AssertionError: vendor_id dead != 1b36")
+    set_outcome(run, DISC03, "broken", "QemuDied: QEMU exited with status 1")
+    cert = build(run)
+    assert (cert["verdict"], cert["exit_code"], cert["status"]) == ("nonconformant", 1, "complete")
+    verdicts = {c["id"]: c["verdict"] for c in cert["clauses"]}
+    assert verdicts == {"DISC-01": "fail", "DISC-03": "broken"}
+    assert any("DISC-01" in r for r in cert["reasons"]) and any("DISC-03" in r for r in cert["reasons"])
+
+
+def test_an_infrastructure_error_alone_makes_the_run_incomplete(tmp_path):
+    run = recorded_run(tmp_path)
+    set_outcome(run, DISC03, "broken", "ImageMissing: guest image incomplete")
+    cert = build(run)
+    assert (cert["verdict"], cert["exit_code"], cert["status"]) == ("incomplete", 2, "incomplete")
+
+
+def test_skipped_clauses_are_not_checked_and_the_run_is_partial(tmp_path):
+    run = recorded_run(tmp_path)
+    set_outcome(run, DISC03, "skipped", "host lacks capability 'aer-fatal'")
+    cert = build(run)
+    assert {c["id"]: c["verdict"] for c in cert["clauses"]}["DISC-03"] == "not_checked"
+    assert (cert["verdict"], cert["exit_code"]) == ("partial", 0)
+    assert any("DISC-03" in r and "not checked" in r for r in cert["reasons"])
+
+
+def test_an_interrupted_run_is_incomplete_and_names_the_test_it_cut_short(tmp_path):
+    run = recorded_run(tmp_path)
+    rewrite_progress(
+        run,
+        lambda r: (
+            None
+            if r.get("kind") == "session_finish" or (r.get("kind") == "test" and r["nodeid"] == DISC03)
+            else r
+        ),
+    )
+    update_run(run, status="interrupted", interrupted="SIGINT received", pytest_exit=2)
+    cert = build(run)
+    assert (cert["verdict"], cert["status"], cert["exit_code"]) == ("incomplete", "incomplete", 2)
+    assert cert["run"]["unfinished_tests"] == [DISC03]
+    assert {c["id"]: c["verdict"] for c in cert["clauses"]} == {"DISC-01": "pass", "DISC-03": "not_run"}
+    assert "interrupted: SIGINT received" in cert["reasons"]
+
+
+def test_a_pytest_that_never_reported_its_end_is_incomplete(tmp_path):
+    run = recorded_run(tmp_path)
+    rewrite_progress(run, lambda r: None if r.get("kind") == "session_finish" else r)
+    update_run(run, pytest_exit=None)
+    assert build(run)["verdict"] == "incomplete"
+
+
+def test_a_failing_test_without_a_clause_makes_the_run_incomplete(tmp_path):
+    run = recorded_run(tmp_path)
+    with run.progress.open("a") as out:
+        out.write(
+            '{"kind": "test", "nodeid": "suites/smoke/test_emulated_host.py::test_boots", "clause": null, '
+            '"outcome": "failed", "message": "boom", "duration_s": 1.0}\n'
+        )
+    cert = build(run)
+    assert cert["verdict"] == "incomplete"
+    assert cert["other_tests"][0]["outcome"] == "failed"
+
+
+def test_schema_rejects_inconsistent_or_incomplete_certificates(tmp_path):
+    good = build(recorded_run(tmp_path))
+    validate(good)
+    bad_exit = copy.deepcopy(good)
+    bad_exit["exit_code"] = 1
+    missing = copy.deepcopy(good)
+    del missing["clauses"][0]["verdict"]
+    bad_status = copy.deepcopy(good)
+    bad_status["verdict"] = "incomplete"
+    bad_status["exit_code"] = 2
+    for broken, where in ((bad_exit, "exit_code"), (missing, "clauses/0"), (bad_status, "status")):
+        with pytest.raises(CertificateInvalid, match=where):
+            validate(broken)
+
+
+def test_the_schema_file_is_valid_json_schema_and_names_the_version():
+    import jsonschema
+
+    schema = certificate.schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["properties"]["schema_version"] == {"const": certificate.SCHEMA_VERSION}

@@ -1,0 +1,73 @@
+"""fixtures/run_record.py in a real pytest process: one progress line per test with the right outcome."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+TESTS = """
+import pytest
+from hilconform.emulators.errors import QemuDied
+
+@pytest.fixture
+def crashing():
+    raise KeyError("fixture bug")
+
+@pytest.mark.clause("DISC-01")
+def test_passes():
+    pass
+
+@pytest.mark.clause("DISC-02")
+def test_finds_a_problem():
+    assert 1 == 2, "latency over budget"
+
+@pytest.mark.clause("DISC-03")
+def test_test_bed_breaks():
+    raise QemuDied("QEMU exited with status 1")
+
+@pytest.mark.clause("DISC-04")
+def test_lacks_capability():
+    pytest.skip("host lacks capability 'hotplug'")
+
+def test_without_clause(crashing):
+    pass
+"""
+
+
+def test_progress_lines_classify_each_outcome(tmp_path):
+    (tmp_path / "test_sample.py").write_text(textwrap.dedent(TESTS))
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "hilconform.fixtures.plugin",
+            "-p",
+            "no:cacheprovider",
+            "--run-dir",
+            str(run_dir),
+            str(tmp_path / "test_sample.py"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stdout[-3000:]
+    lines = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
+    tests = {r["nodeid"].split("::")[1]: r for r in lines if r["kind"] == "test"}
+    assert {name: (r["clause"], r["outcome"]) for name, r in tests.items()} == {
+        "test_passes": ("DISC-01", "passed"),
+        "test_finds_a_problem": ("DISC-02", "failed"),
+        "test_test_bed_breaks": ("DISC-03", "broken"),
+        "test_lacks_capability": ("DISC-04", "skipped"),
+        "test_without_clause": (None, "error"),
+    }
+    assert "latency over budget" in tests["test_finds_a_problem"]["message"]
+    assert "lacks capability" in tests["test_lacks_capability"]["message"]
+    assert sum(r["kind"] == "start" for r in lines) == 5
+    assert lines[-1] == {**lines[-1], "kind": "session_finish", "exitstatus": 1}
