@@ -153,6 +153,11 @@ class ConfigSpace:
         value = self.read16(self.pcie + EXP_LNKSTA)
         return value & 0xF, (value >> 4) & 0x3F
 
+    @property
+    def memory_decoding(self) -> bool:
+        """Command register Memory Space bit: off, the card answers no BAR access."""
+        return bool(self.read16(COMMAND) & 0x2)
+
     def clear_bars(self) -> None:
         """Configuration lost: BAR addresses and the command register back to zero."""
         for bar in self.model.bars:

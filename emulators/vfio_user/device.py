@@ -73,6 +73,8 @@ class ModelDevice:
                 return self.config.read(offset, count)
             bar = self._bar(region, offset, count)
             if bar.backing == "registers":
+                if not self.config.memory_decoding:
+                    return b"\xff" * count  # memory space off (e.g. config lost): reads go unanswered
                 return self.registers.read(offset, count)
             return os.pread(self.memfds[bar.index], count, offset)
 
@@ -86,7 +88,8 @@ class ModelDevice:
                 return
             bar = self._bar(region, offset, len(data))
             if bar.backing == "registers":
-                self.registers.write(offset, data)
+                if self.config.memory_decoding:
+                    self.registers.write(offset, data)
             else:
                 os.pwrite(self.memfds[bar.index], data, offset)
 
@@ -144,7 +147,12 @@ class ModelDevice:
             self.fallen_off = fallen
 
     def lose_config(self) -> None:
-        """The card forgot its configuration: BAR addresses and command register cleared."""
+        """The card forgot its configuration: BAR addresses and command register cleared.
+
+        QEMU's vfio-pci virtualises the BAR address registers, so the guest still reads the
+        addresses it assigned; it sees the command register at 0 (memory decoding off) and
+        BAR0 reads unanswered (all ones) until it restores the configuration.
+        """
         with self.lock:
             self.config.clear_bars()
 

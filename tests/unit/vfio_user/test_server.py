@@ -25,9 +25,15 @@ def served(tmp_path):
     server = ModelServer(ModelDevice(load_model("a100-sxm4"), "gpu0"), tmp_path / "gpu0.sock").start()
     client = VfioUserClient(server.socket_path, timeout_s=3)
     client.version()
+    enable_memory(client)
     yield server, client
     client.close()
     server.stop()
+
+
+def enable_memory(client):
+    """What the guest does before touching a BAR: Memory Space on in the command register."""
+    client.write(p.CONFIG_REGION, 0x04, b"\x02\x00")
 
 
 def test_handshake_device_and_region_info(served):
@@ -85,6 +91,7 @@ def test_stuck_queue_then_device_reset_clears_it(served):
     assert client.read32(0, R["queue_in_flight"]) == 5
     assert client.read32(0, R["magic"]) == R["magic_value"]
     client.reset()
+    enable_memory(client)  # a reset clears the command register too
     assert client.read32(0, R["queue_in_flight"]) == 0
     assert server.device.stats.device_resets == 1
 
@@ -97,6 +104,8 @@ def test_flr_through_config_clears_queue_and_scratch(served):
     pcie = load_model("a100-sxm4").capability("pcie").offset
     devctl = int.from_bytes(client.read(p.CONFIG_REGION, pcie + 8, 2), "little")
     client.write(p.CONFIG_REGION, pcie + 8, (devctl | 0x8000).to_bytes(2, "little"))
+    assert client.read32(0, R["magic"]) == 0xFFFFFFFF  # FLR: memory decoding off again
+    enable_memory(client)
     assert client.read32(0, R["queue_in_flight"]) == 0 and client.read32(0, R["scratch"]) == 0
     assert server.device.stats.flrs == 1
 
@@ -121,6 +130,9 @@ def test_firmware_mismatch_link_and_config_loss(served):
     client.write(p.CONFIG_REGION, 0x10, (0xFD000000).to_bytes(4, "little"))
     server.device.lose_config()
     assert client.read(p.CONFIG_REGION, 0x10, 4) == b"\0\0\0\0"
+    assert client.read32(0, R["magic"]) == 0xFFFFFFFF  # memory decoding was lost with it
+    enable_memory(client)
+    assert client.read32(0, R["magic"]) == R["magic_value"]
 
 
 def test_dead_server_closes_the_connection(served):

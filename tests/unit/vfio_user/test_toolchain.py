@@ -1,0 +1,58 @@
+"""Which QEMU a host gets: stock-device profiles the system's, model-based ones a vfio-user QEMU."""
+
+import pytest
+
+from hilconform.emulators.errors import InfrastructureError, ProfileError, ToolMissing
+from hilconform.emulators.layout import InstanceLayout
+from hilconform.emulators.profile import load_profile
+from hilconform.emulators.qemu_command import model_socket, stand_in_device
+from hilconform.emulators.toolchain import qemu_binary, qemu_binary_for
+from hilconform.emulators.vfio_user.model import MODEL_DIR
+from hilconform.emulators.vm import EmulatedVM
+
+HOSTS = MODEL_DIR / "hosts"
+
+
+def test_stock_profiles_keep_the_system_qemu():
+    profile = load_profile("a100")
+    assert not profile.uses_models
+    assert qemu_binary_for(profile) == qemu_binary()
+
+
+def test_model_profiles_know_they_need_models():
+    profile = load_profile(HOSTS / "a100-models.toml")
+    assert profile.uses_models
+    kind = profile.kind("model:a100-sxm4")
+    assert (kind.qemu_driver, kind.vendor, kind.device, kind.class_code, kind.model) == (
+        "vfio-user-pci", "10de", "20b0", "0302", "a100-sxm4")
+
+
+def test_a_qemu_without_vfio_user_is_refused_with_the_way_to_get_one(monkeypatch, tmp_path):
+    old = tmp_path / "qemu-system-x86_64"  # a QEMU that predates vfio-user, as Debian 12 ships
+    old.write_text("#!/bin/sh\necho 'QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18)'\n")
+    old.chmod(0o755)
+    monkeypatch.setenv("HILCONFORM_QEMU_VFIO_USER", str(old))
+    with pytest.raises(ToolMissing) as err:
+        EmulatedVM(load_profile(HOSTS / "a100-models.toml"))
+    message = str(err.value)
+    assert ">= 10.1" in message and "make qemu-prefix" in message and "QEMU 7.2.22" in message
+
+
+def test_an_unknown_model_in_a_profile_names_the_slot(tmp_path):
+    text = (HOSTS / "a100-models.toml").read_text().replace('device = "model:a100-sxm4"',
+                                                              'device = "model:h100"', 1)
+    path = tmp_path / "bad-host.toml"
+    path.write_text(text)
+    with pytest.raises(ProfileError) as err:
+        load_profile(path)
+    assert "'slots[0].device'" in str(err.value) and "unknown device model 'h100'" in str(err.value)
+
+
+def test_a_model_slot_on_the_command_line_points_at_its_socket(tmp_path):
+    profile = load_profile(HOSTS / "a100-models.toml")
+    layout = InstanceLayout(tmp_path)
+    props = stand_in_device(profile.slot("gpu0"), profile.kind("model:a100-sxm4"), "gpu0", layout)
+    assert props["driver"] == "vfio-user-pci" and props["bus"] == "rp-gpu0"
+    assert props["socket"] == {"type": "unix", "path": str(model_socket(layout, "gpu0"))}
+    with pytest.raises(InfrastructureError, match="instance folder"):
+        stand_in_device(profile.slot("gpu0"), profile.kind("model:a100-sxm4"), "gpu0")
