@@ -8,18 +8,31 @@ VENV := .venv
 PY := $(VENV)/bin/python
 HOST ?= emulated:a100
 PYTEST_ARGS ?=
+CERTIFY_ARGS ?=
 
 APT_PACKAGES := qemu-system-x86 qemu-utils debootstrap e2fsprogs cpio pciutils python3-venv
 NEEDED_TOOLS := qemu-system-x86_64 qemu-nbd debootstrap mkfs.ext4 cpio
+# The project's tests also open report.html in a real headless browser.
+TEST_PACKAGES := chromium
 
-.PHONY: certify test setup venv image qemu-prefix unit lint bench clean-image
+.PHONY: certify test setup setup-test venv image qemu-prefix unit lint bench clean-image self-check
 
+# `hilconform certify` (reports/cli.py): progress per test, then the verdict and the run folder
+# reports/<run-id>/ (junit.xml, allure-results/, certificate.json, report.html). Exit 0/1/2: see README.
+# CERTIFY_ARGS: e.g. --suite discovery --clause DISC-02; PYTEST_ARGS go to pytest (after --).
 certify: setup venv image qemu-prefix
 	@echo "hilconform: certifying $(HOST): every DISC/LIFE/HP/AER/RST clause (docs/spec.md)"
-	$(PY) -m pytest suites -n 2 --host $(HOST) $(PYTEST_ARGS)
+	$(VENV)/bin/hilconform certify --host $(HOST) $(CERTIFY_ARGS) $(if $(strip $(PYTEST_ARGS)),-- $(PYTEST_ARGS))
 
-test: setup venv image qemu-prefix
+test: setup setup-test venv image qemu-prefix
 	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
+
+# Suite sensitivity (issue 6, docs/sensitivity.md): every mutant runtime of tests/mutants/ against the
+# tests that must catch it, and the reference runtime on the same selection. Writes
+# $(SELF_CHECK_OUT)/sensitivity.{md,json}; exit 0 all killed, 1 a survivor or the reference failed, 2 broken.
+SELF_CHECK_OUT ?= reports/self-check
+self-check: setup venv image
+	$(PY) tests/sensitivity/run_sensitivity.py --full --host $(HOST) --out $(SELF_CHECK_OUT)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
@@ -33,6 +46,16 @@ setup:
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
 		else \
 			echo "hilconform: missing:$$missing. Run as root: apt-get install $(APT_PACKAGES)"; exit 1; \
+		fi; \
+	fi
+
+setup-test:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo "hilconform: installing $(TEST_PACKAGES) (the report tests open report.html in it)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(TEST_PACKAGES); \
+		else \
+			echo "hilconform: chromium missing. Run as root: apt-get install $(TEST_PACKAGES)"; exit 1; \
 		fi; \
 	fi
 

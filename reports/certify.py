@@ -47,7 +47,7 @@ class CertifyOptions:
     runtime_module: str | None = None
     self_check: bool = False
     max_minutes: float = 180.0
-    quiet: bool = False
+    pytest_args: list[str] = field(default_factory=list)
 
 
 def available_suites() -> list[str]:
@@ -69,7 +69,9 @@ def _suite_paths(options: CertifyOptions) -> list[str]:
     unknown = [s for s in options.suites if s not in known]
     if unknown:
         raise CertifyError(f"unknown suite {', '.join(map(repr, unknown))} (known: {', '.join(known)})")
-    chosen = options.suites or [s for s in known if s != "smoke"]
+    # Default: every area but smoke (test-bed checks, no clause); `real` only for real hosts.
+    skipped = {"smoke"} | (set() if options.host.startswith("real:") else {"real"})
+    chosen = options.suites or [s for s in known if s not in skipped]
     return [f"suites/{s}" for s in chosen]
 
 
@@ -92,6 +94,7 @@ def collect_scope(options: CertifyOptions, paths: list[str]) -> dict:
     ]
     if options.runtime_module:
         argv += ["--runtime-module", options.runtime_module]
+    argv += options.pytest_args
     try:
         done = subprocess.run(argv, cwd=CHECKOUT, capture_output=True, text=True, timeout=COLLECT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -176,7 +179,7 @@ def _pytest_argv(options: CertifyOptions, run: RunFolder, targets: list[str]) ->
     ]
     if options.runtime_module:
         argv += ["--runtime-module", options.runtime_module]
-    return argv
+    return argv + options.pytest_args
 
 
 def _run_pytest(
@@ -295,6 +298,7 @@ def certify(options: CertifyOptions, out=sys.stdout) -> int:
         "workers": options.workers,
         "runtime_module": options.runtime_module,
         "pytest_argv": argv[1:],
+        "pytest_args": options.pytest_args,
         "pytest_exit": None,
         "interrupted": None,
         "scope": scope,

@@ -42,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
         help="run the conformance suites and write a run folder",
         description="Run the conformance suites against a host (pytest, parallel workers), print a line per "
         "finished test, and write reports/<run-id>/: junit.xml, allure-results/, "
-        "certificate.json, report.html.",
+        "certificate.json, report.html. Arguments after `--` go to pytest as they are, "
+        "e.g. `-- --hotplug-mode acpi`.",
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -137,7 +138,9 @@ def _report(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pytest_args = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = _parser().parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     try:
         if args.command == "certify":
             options = CertifyOptions(
@@ -149,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                 runtime_module=args.runtime_module,
                 self_check=args.self_check,
                 max_minutes=args.max_minutes,
+                pytest_args=pytest_args,
             )
             return certify(options)
         return _report(args)

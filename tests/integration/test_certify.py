@@ -1,0 +1,198 @@
+"""`hilconform certify` end to end, with real VMs: a passing run, a failing run (a runtime that reports
+wrong vendor IDs), an infrastructure error (no guest image) and Ctrl-C, each checked for its exit code,
+its certificate and the run folder's artifacts. Few VM boots: one clause per run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from hilconform.reports.certificate import validate
+from hilconform.reports.run_folder import RunFolder
+
+CERTIFY = [sys.executable, "-m", "hilconform.reports", "certify", "--host", "emulated:a100"]
+WRONG_VENDOR_RUNTIME = "hilconform.tests.integration.wrong_vendor_runtime"
+RUN_DEADLINE_S = 480
+
+
+def _certify(
+    tmp_path: Path, *args: str, env: dict | None = None
+) -> tuple[subprocess.CompletedProcess, RunFolder]:
+    out = tmp_path / "runs"
+    done = subprocess.run(
+        [*CERTIFY, "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=RUN_DEADLINE_S,
+        env={**os.environ, **(env or {})},
+    )
+    folders = list(out.iterdir()) if out.is_dir() else []
+    assert len(folders) == 1, f"expected one run folder in {out}: {folders}\n{done.stdout}\n{done.stderr}"
+    return done, RunFolder.open(folders[0])
+
+
+def _allure_results(run: RunFolder) -> list[dict]:
+    return [json.loads(p.read_text()) for p in run.allure_results.glob("*-result.json")]
+
+
+def _labels(result: dict) -> dict[str, str]:
+    return {label["name"]: label["value"] for label in result["labels"] if label["name"] != "host"}
+
+
+def _steps(step_list: list[dict]) -> list[str]:
+    return [name for s in step_list for name in (s["name"], *_steps(s.get("steps", [])))]
+
+
+def test_passing_run_exits_0_with_the_four_artifacts(tmp_path):
+    done, run = _certify(tmp_path, "--suite", "discovery", "--clause", "DISC-01", "-n", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("[  1/1] DISC-01  passed") for line in lines), done.stdout
+    assert lines[-1] == f"hilconform: verdict CONFORMANT (exit 0); run folder {run.path}"
+    for artifact in (run.junit, run.allure_results, run.certificate, run.html):
+        assert artifact.exists(), artifact
+    cert = json.loads(run.certificate.read_text())
+    validate(cert)
+    assert (cert["verdict"], cert["status"], cert["exit_code"]) == ("conformant", "complete", 0)
+    assert [(c["id"], c["verdict"]) for c in cert["clauses"]] == [("DISC-01", "pass")]
+    assert cert["devices"] and all(d["driver"] and d["firmware"] and d["link"] for d in cert["devices"])
+    assert cert["versions"]["qemu"] and cert["versions"]["guest_kernel"] and cert["versions"]["protocol"] == 1
+    suite = ET.parse(run.junit).getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("1", "0", "0")
+    [result] = _allure_results(run)
+    assert result["status"] == "passed"
+    assert _labels(result) | {
+        "epic": "discovery",
+        "feature": "DISC-01",
+        "severity": "critical",
+        "certified_host": "emulated:a100",
+        "profile": "a100",
+    } == _labels(result)
+    assert any(s.startswith("wait for runtime event inventory_complete") for s in _steps(result["steps"]))
+    categories = json.loads((run.allure_results / "categories.json").read_text())
+    assert [c["matchedStatuses"] for c in categories][:3] == [["broken"], ["broken"], ["failed"]]
+    assert "verdict=conformant" in (run.allure_results / "environment.properties").read_text()
+    assert "Verdict: CONFORMANT" in run.html.read_text()
+
+
+def test_failing_clause_exits_1_and_the_certificate_names_it(tmp_path):
+    done, run = _certify(
+        tmp_path,
+        "--suite",
+        "discovery",
+        "--clause",
+        "DISC-01",
+        "-n",
+        "0",
+        "--runtime-module",
+        WRONG_VENDOR_RUNTIME,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert (
+        done.stdout.splitlines()[-1] == f"hilconform: verdict NONCONFORMANT (exit 1); run folder {run.path}"
+    )
+    cert = run.read_certificate()
+    assert (cert["verdict"], cert["status"], cert["exit_code"]) == ("nonconformant", "complete", 1)
+    [clause] = cert["clauses"]
+    assert clause["verdict"] == "fail" and clause["tests"][0]["outcome"] == "failed"
+    assert "dead" in clause["tests"][0]["message"]
+    assert cert["versions"]["runtime_module"] == WRONG_VENDOR_RUNTIME
+    [result] = _allure_results(run)
+    assert result["status"] == "failed"
+    suite = ET.parse(run.junit).getroot().find("testsuite")
+    assert suite.get("failures") == "1"
+
+
+def test_infrastructure_error_exits_2_and_is_no_verdict_on_the_clause(tmp_path):
+    empty = tmp_path / "no-image"
+    empty.mkdir()
+    done, run = _certify(
+        tmp_path,
+        "--suite",
+        "discovery",
+        "--clause",
+        "DISC-01",
+        "-n",
+        "0",
+        env={"HILCONFORM_IMAGE_DIR": str(empty)},
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "verdict INCOMPLETE (exit 2)" in done.stdout.splitlines()[-1]
+    cert = run.read_certificate()
+    assert (cert["verdict"], cert["status"], cert["exit_code"]) == ("incomplete", "incomplete", 2)
+    [clause] = cert["clauses"]
+    assert clause["verdict"] == "broken" and clause["tests"][0]["outcome"] == "broken"
+    assert "guest image incomplete" in clause["tests"][0]["message"]
+    [result] = _allure_results(run)
+    assert result["status"] == "broken"
+    assert "ImageMissing" in result["statusDetails"]["trace"] + result["statusDetails"]["message"]
+    assert "Verdict: INCOMPLETE" in run.html.read_text()
+
+
+def _descendants(root: int) -> set[int]:
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_ctrl_c_leaves_a_readable_incomplete_run_and_no_processes(tmp_path):
+    out = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [*CERTIFY, "--out", str(out), "--suite", "discovery", "--clause", "DISC-03", "-n", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen: set[int] = set()
+    deadline = time.monotonic() + 180
+    try:
+        while not any(out.glob("*/progress.jsonl")):  # pytest has started the test (its VM is booting)
+            assert proc.poll() is None and time.monotonic() < deadline, "certify never started a test"
+            seen |= _descendants(proc.pid)
+            time.sleep(0.2)
+        time.sleep(3)
+        seen |= _descendants(proc.pid)
+        assert any("qemu" in Path(f"/proc/{p}/comm").read_text() for p in seen if _alive(p)), (
+            "no QEMU was running"
+        )
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 2, stdout + stderr
+    assert "SIGINT received" in stderr
+    run = RunFolder.open(next(out.iterdir()))
+    assert run.read_run()["status"] == "interrupted"
+    cert = run.read_certificate()
+    assert (cert["verdict"], cert["status"], cert["exit_code"]) == ("incomplete", "incomplete", 2)
+    assert "interrupted: SIGINT received" in cert["reasons"]
+    assert cert["clauses"][0]["verdict"] != "pass"
+    give_up = time.monotonic() + 15
+    while (left := [p for p in seen if _alive(p)]) and time.monotonic() < give_up:
+        time.sleep(0.2)
+    assert not left, f"processes outlived the interrupted run: {left}"
