@@ -243,9 +243,17 @@ def _signal_group(proc: subprocess.Popen, signum: int) -> None:
         pass
 
 
-def _self_check(run: RunFolder, deadline_s: float) -> dict:
+def _self_check(run: RunFolder, host: str, deadline_s: float) -> dict:
     """The sensitivity script's contract: `--full --out DIR` writes the suites' mutant sensitivity table."""
-    argv = [sys.executable, str(SELF_CHECK_SCRIPT), "--full", "--out", str(run.sensitivity_dir)]
+    argv = [
+        sys.executable,
+        str(SELF_CHECK_SCRIPT),
+        "--full",
+        "--out",
+        str(run.sensitivity_dir),
+        "--host",
+        host,
+    ]
     try:
         done = subprocess.run(argv, cwd=CHECKOUT, capture_output=True, text=True, timeout=deadline_s)
         status, output = done.returncode, (done.stdout + done.stderr)[-4000:]
@@ -258,7 +266,19 @@ def _self_check(run: RunFolder, deadline_s: float) -> dict:
         except json.JSONDecodeError:
             tables[path.name] = "(unreadable JSON)"
     files = sorted(p.name for p in run.sensitivity_dir.iterdir()) if run.sensitivity_dir.is_dir() else []
-    return {"command": argv[1:], "exit_code": status, "files": files, "tables": tables, "output_tail": output}
+    summary = {
+        0: "every mutant killed, reference passed",
+        1: "a mutant survived or the reference failed",
+        2: "broken: the sensitivity run could not judge",
+    }.get(status, "did not finish")
+    return {
+        "command": argv[1:],
+        "exit_code": status,
+        "summary": summary,
+        "files": files,
+        "tables": tables,
+        "output_tail": output,
+    }
 
 
 def finish(run: RunFolder, sensitivity: dict | None = None) -> dict:
@@ -324,7 +344,7 @@ def certify(options: CertifyOptions, out=sys.stdout) -> int:
     sensitivity = None
     if options.self_check and not interrupted:
         print("hilconform: self-check: running the suite sensitivity tests...", file=out, flush=True)
-        sensitivity = _self_check(run, options.max_minutes * 60)
+        sensitivity = _self_check(run, options.host, options.max_minutes * 60)
     cert = finish(run, sensitivity)
     _print_verdict(cert, run, out)
     return cert["exit_code"]

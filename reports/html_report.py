@@ -55,7 +55,7 @@ def _verdict_table(certificate: dict) -> str:
         tests = (
             "<br>".join(
                 f'{escape(t["outcome"])} <span class="muted">{escape(t["nodeid"])} '
-                f'({t["duration_s"]:.1f} s)</span>'
+                f"({t['duration_s']:.1f} s)</span>"
                 + (
                     f'<div class="msg">{escape(t["message"][:400])}</div>'
                     if t["message"] and t["outcome"] != "passed"
@@ -204,6 +204,18 @@ def _timeline(events: dict[str, list[dict]]) -> str:
     return f"<p>{legend} ▼ discovered/removed</p>" + svg_plots.timeline(rows, end_s)
 
 
+def _sensitivity(run: RunFolder, sensitivity: dict | None) -> str:
+    """The self-check's result: its summary and the table it wrote (sensitivity.md), else its JSON."""
+    if not sensitivity:
+        return ""
+    table = run.sensitivity_dir / "sensitivity.md"
+    body = table.read_text() if table.is_file() else json.dumps(sensitivity.get("tables"), indent=1)
+    return (
+        f"<h2>Suite sensitivity (self-check)</h2><p>{escape(str(sensitivity.get('summary')))} "
+        f"(exit {sensitivity.get('exit_code')})</p><pre>{escape(body)}</pre>"
+    )
+
+
 def render(certificate: dict, run: RunFolder) -> str:
     verdict = certificate["verdict"]
     run_info = certificate["run"]
@@ -217,11 +229,7 @@ def render(certificate: dict, run: RunFolder) -> str:
     reasons = "".join(f"<li>{escape(r)}</li>" for r in certificate["reasons"])
     version_rows = "".join(_row([escape(k), escape(str(v))]) for k, v in versions.items())
     sensitivity = certificate.get("sensitivity")
-    sensitivity_html = (
-        f"<h2>Suite sensitivity</h2><pre>{escape(json.dumps(sensitivity, indent=1))}</pre>"
-        if sensitivity
-        else ""
-    )
+    sensitivity_html = _sensitivity(run, sensitivity)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>hilconform certificate {escape(run_info["id"])}: {escape(verdict)}</title>
