@@ -153,6 +153,9 @@ class Progress:
                     file=self.out,
                     flush=True,
                 )
+                if record["outcome"] in ("failed", "broken", "error") and record.get("message"):
+                    first = record["message"].strip().splitlines()[0][:200]
+                    print(f"{'':>10}{record['outcome']}: {first}", file=self.out, flush=True)
 
 
 def _pytest_argv(options: CertifyOptions, run: RunFolder, targets: list[str]) -> list[str]:

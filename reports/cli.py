@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 from . import allure_files
@@ -161,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         print("hilconform: interrupted", file=sys.stderr)
+        return 2
+    except Exception:  # a bug here must not exit 1, which means "a clause failed"
+        traceback.print_exc()
+        print("hilconform: internal error (above); no verdict", file=sys.stderr)
         return 2
 
 

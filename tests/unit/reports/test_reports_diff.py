@@ -84,3 +84,12 @@ def test_a_run_without_certificate_is_refused(tmp_path, capsys):
     b = recorded_run(tmp_path, "b")
     assert main(["report", "diff", str(a.path), str(b.path)]) == 2
     assert "no certificate.json" in capsys.readouterr().err
+
+
+def test_rebuild_remakes_the_certificate_and_a_crash_is_exit_2_never_1(tmp_path, capsys):
+    run = recorded_run(tmp_path)
+    assert main(["report", "rebuild", str(run.path)]) == 0
+    assert json.loads(run.certificate.read_text())["verdict"] == "conformant" and run.html.is_file()
+    run.run_json.write_text("{}")  # a run.json without its run id: the builder cannot work
+    assert main(["report", "rebuild", str(run.path)]) == 2
+    assert "internal error" in capsys.readouterr().err
