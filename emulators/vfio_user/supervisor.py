@@ -26,6 +26,7 @@ class Incident:
     kind: str  # dead | hung
     noticed_s: float  # time.monotonic() when noticed
     action: str  # left | removed | remove failed: <why>
+    stalled_since_s: float | None = None  # hung: when the unanswered request arrived (monotonic)
 
 
 @dataclass
@@ -104,6 +105,7 @@ class Supervisor:
 
     def _act(self, name: str, kind: str, watched: _Watched) -> None:
         noticed = time.monotonic()
+        since = getattr(watched.server, "busy_since", None) if kind == "hung" else None
         action = "left"
         if watched.policy == "remove":
             try:
@@ -112,5 +114,5 @@ class Supervisor:
             except Exception as exc:  # noqa: BLE001 - recorded for the test to see
                 action = f"remove failed: {exc}"
         with self._lock:
-            self.incidents.append(Incident(name, kind, noticed, action))
+            self.incidents.append(Incident(name, kind, noticed, action, since))
             self._lock.notify_all()

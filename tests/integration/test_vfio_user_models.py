@@ -225,3 +225,24 @@ def test_fpga_shell_survives_a_reboot_while_the_gpu_reinitialises():
         assert read(vm, gpu, "scratch") == 0  # the GPU re-initialised ...
         assert read(vm, gpu, "queue_in_flight") == 0  # ... and its queue was cleared
         assert vm.models.device("gpu0").stats.device_resets >= 2
+
+
+def test_hung_server_noticed_and_removed_by_the_supervisor():
+    with EmulatedVM(load_profile(HOSTS / "a100-models.toml")) as vm:
+        server = vm.models.server("gpu1")
+        mark = vm.qmp.mark()
+        vm.models.supervisor.set_policy(
+            "gpu1", "remove", remover=lambda dev: vm.qmp.execute("device_del", {"id": dev}))
+        server.hang()
+        # The guest's access stalls its vCPU for QEMU's message timeout, then reads all ones.
+        assert read(vm, GPU1, "magic") == 0xFFFFFFFF
+        incident = vm.models.supervisor.wait_incident("gpu1", timeout_s=10)
+        assert (incident.kind, incident.action) == ("hung", "removed")
+        # Noticed once a request went unanswered for hung_after_s (+ a poll), not at QEMU's timeout.
+        assert incident.stalled_since_s is not None
+        assert incident.noticed_s - incident.stalled_since_s < vm.models.supervisor.hung_after_s + 0.5
+        server.resume()
+        vm.qmp.wait_event("DEVICE_DELETED", after=mark, timeout_s=30,
+                          match=lambda data: data.get("device") == "gpu1", alive=vm.check_alive)
+        listing = shell(vm, "lspci -n")
+        assert GPU1[5:] not in listing and GPU0[5:] in listing

@@ -186,6 +186,7 @@ def test_supervisor_notices_dead_and_hung_servers(tmp_path):
             client.read32(0, R["magic"])
         incident = host.supervisor.wait_incident("gpu1", timeout_s=3)
         assert (incident.kind, incident.action) == ("hung", "removed") and removed == ["gpu1"]
+        assert 0.3 <= incident.noticed_s - incident.stalled_since_s < 1.0
         client.close()
     finally:
         host.stop()
