@@ -212,8 +212,11 @@ def test_fpga_shell_survives_a_reboot_while_the_gpu_reinitialises():
     profile = load_profile(HOSTS / "fpga-models.toml")
     with EmulatedVM(profile, allow_reboot=True) as vm:
         fpga, gpu = "0000:01:00.0", "0000:02:00.0"
-        assert "[10ee:5005]" in shell(vm, f"lspci -nn -s {fpga}")
-        assert "Processing accelerators [1200]" in shell(vm, f"lspci -nn -s {fpga}")
+        assert "Processing accelerators [1200]: Xilinx Corporation Alveo U250 [10ee:5005]" in shell(
+            vm, f"lspci -nn -s {fpga}")
+        t4 = shell(vm, f"lspci -nn -vv -s {gpu}")
+        assert "3D controller [0302]" in t4 and "[10de:1eb8]" in t4, t4
+        assert re.search(r"LnkCap:.*Speed 8GT/s, Width x16", t4), t4
         shipped = load_model("alveo-u250").shell.register
         assert read(vm, fpga, "shell_version") == shipped
         write(vm, fpga, "shell_program", 0x00020200)

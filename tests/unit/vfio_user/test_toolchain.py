@@ -8,7 +8,6 @@ from hilconform.emulators.profile import load_profile
 from hilconform.emulators.qemu_command import model_socket, stand_in_device
 from hilconform.emulators.toolchain import qemu_binary, qemu_binary_for
 from hilconform.emulators.vfio_user.model import MODEL_DIR
-from hilconform.emulators.vm import EmulatedVM
 
 HOSTS = MODEL_DIR / "hosts"
 
@@ -33,7 +32,7 @@ def test_a_qemu_without_vfio_user_is_refused_with_the_way_to_get_one(monkeypatch
     old.chmod(0o755)
     monkeypatch.setenv("HILCONFORM_QEMU_VFIO_USER", str(old))
     with pytest.raises(ToolMissing) as err:
-        EmulatedVM(load_profile(HOSTS / "a100-models.toml"))
+        qemu_binary_for(load_profile(HOSTS / "a100-models.toml"))
     message = str(err.value)
     assert ">= 10.1" in message and "make qemu-prefix" in message and "QEMU 7.2.22" in message
 
