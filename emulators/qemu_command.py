@@ -15,6 +15,7 @@ from .errors import InfrastructureError
 from .image import CHECKOUT, GuestImage
 from .layout import InstanceLayout
 from .profile import DeviceKind, HostProfile, Slot
+from .vfio_user.model import load_model, window_reserve
 
 ACCELERATORS = ("tcg", "kvm")
 KERNEL_ARGS = "console=ttyS0 root=/dev/vda rw loglevel=5 panic=-1"
@@ -27,7 +28,7 @@ def _device(**props) -> list[str]:
     return ["-device", json.dumps(props, separators=(",", ":"))]
 
 
-def port_args(slot: Slot, index: int) -> list[str]:
+def port_args(slot: Slot, index: int, reserve: dict | None = None) -> list[str]:
     return _device(
         driver="pcie-root-port",
         id=slot.port_id,
@@ -36,7 +37,17 @@ def port_args(slot: Slot, index: int) -> list[str]:
         chassis=slot.chassis,
         slot=slot.slot,
         **{"x-speed": slot.link_speed, "x-width": slot.link_width},
+        **(reserve or {}),
     )
+
+
+def model_port_reserve(profile: HostProfile, slot: Slot) -> dict:
+    """Window reserves for a slot that holds or accepts a device model (its BARs must fit)."""
+    for name in (slot.device, slot.accepts):
+        kind = profile.kinds.get(name)
+        if kind is not None and kind.model:
+            return window_reserve(load_model(kind.model))
+    return {}
 
 
 def queue_node(slot_name: str) -> str:
@@ -152,7 +163,7 @@ def build_argv(
     for index, slot in enumerate(profile.slots):
         # One throttle group per slot, so any queue device (cold- or hot-plugged) can be slowed.
         argv += ["-object", json.dumps(throttle_group_object(slot.name), separators=(",", ":"))]
-        argv += port_args(slot, index)
+        argv += port_args(slot, index, model_port_reserve(profile, slot))
         if slot.populated:
             kind = profile.kind(slot.device)
             if kind.queue == "nbd":

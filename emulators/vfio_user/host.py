@@ -25,7 +25,7 @@ class ModelHost:
               device_id: str | None = None) -> ModelServer:
         """Start serving `model_name` for `slot` on `socket_path` (watched, policy 'leave')."""
         if slot in self.servers:
-            raise ValueError(f"slot {slot!r} already has a model server")
+            raise ValueError(f"slot {slot!r} already has a model server (release it first)")
         model = load_model(model_name)
         # Each instance gets its own serial number (DSN), as two real cards would.
         device = ModelDevice(model, device_id or slot, serial_suffix=zlib.crc32(slot.encode()) & 0xFFFF)
@@ -47,6 +47,13 @@ class ModelHost:
             return self.servers[slot]
         except KeyError:
             raise KeyError(f"no model served for slot {slot!r} (served: {', '.join(self.servers)})") from None
+
+    def release(self, slot: str) -> None:
+        """Stop serving a slot (after its device was removed); a later serve() starts afresh."""
+        server = self.servers.pop(slot, None)
+        if server is not None:
+            self.supervisor.unwatch(server.device.instance)
+            server.stop()
 
     def resume_all(self) -> None:
         """Let hung servers answer again (QEMU's quit would otherwise wait on them)."""

@@ -125,6 +125,20 @@ class DeviceModel:
         return next(b for b in self.bars if b.backing == "registers")
 
 
+def window_reserve(model: DeviceModel) -> dict[str, int]:
+    """Root-port window reserves (QEMU `mem-reserve`, `pref64-reserve`) that fit the model's BARs.
+
+    A hot-added card gets only what its port reserved; each window is the next power of two
+    at or above the sum of the BARs that go in it (at least 1 MiB for memory).
+    """
+    mem = sum(b.size for b in model.bars if not (b.kind == "mem64" and b.prefetchable))
+    pref64 = sum(b.size for b in model.bars if b.kind == "mem64" and b.prefetchable)
+    reserve = {"mem-reserve": max(1 << 20, 1 << (mem - 1).bit_length())}
+    if pref64:
+        reserve["pref64-reserve"] = 1 << (pref64 - 1).bit_length()
+    return reserve
+
+
 def available_models() -> list[str]:
     return sorted(p.stem for p in MODEL_DIR.glob("*.toml") if p.stem != "registers")
 

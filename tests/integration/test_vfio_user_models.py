@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from hilconform.emulators.hotplug import remove
 from hilconform.emulators.profile import load_profile
 from hilconform.emulators.toolchain import VFIO_USER_MIN_VERSION, vfio_user_qemu_binary
 from hilconform.emulators.vfio_user import guest_bar
+from hilconform.emulators.vfio_user.hot_add import hot_add_model, release_model
 from hilconform.emulators.vfio_user.model import MODEL_DIR, load_model
 from hilconform.emulators.vfio_user.registers import register_map
 from hilconform.emulators.vm import EmulatedVM
@@ -249,3 +251,27 @@ def test_hung_server_noticed_and_removed_by_the_supervisor():
                           match=lambda data: data.get("device") == "gpu1", alive=vm.check_alive)
         listing = shell(vm, "lspci -n")
         assert GPU1[5:] not in listing and GPU0[5:] in listing
+
+
+def test_hot_add_a_model_into_an_empty_slot_then_remove_and_re_add(vm):
+    added = hot_add_model(vm, "spare0")
+    try:
+        def listed():
+            out = shell(vm, f"lspci -nn -s {added.bdf}")
+            return "[10de:20b0]" in out and out
+        wait_until(listed, 10, f"hot-added A100 model at {added.bdf} in the guest")
+        detail = shell(vm, f"lspci -vv -s {added.bdf}")
+        # The port reserved windows the model's BARs fit in: all three are assigned.
+        assert len(re.findall(r"Region \d: Memory at [0-9a-f]+ ", detail)) == 3, detail
+        assert read(vm, added.bdf, "magic") == R["magic_value"]
+    finally:
+        removal = remove(vm, added.device_id)
+        release_model(vm, "spare0")
+    assert removal.duration_s < 15
+    assert added.bdf[5:] not in shell(vm, "lspci")
+    again = hot_add_model(vm, "spare0")
+    try:
+        wait_until(lambda: "[10de:20b0]" in shell(vm, f"lspci -nn -s {again.bdf}"), 10, "re-added model")
+    finally:
+        remove(vm, again.device_id)
+        release_model(vm, "spare0")

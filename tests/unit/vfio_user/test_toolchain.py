@@ -5,9 +5,9 @@ import pytest
 from hilconform.emulators.errors import InfrastructureError, ProfileError, ToolMissing
 from hilconform.emulators.layout import InstanceLayout
 from hilconform.emulators.profile import load_profile
-from hilconform.emulators.qemu_command import model_socket, stand_in_device
+from hilconform.emulators.qemu_command import model_port_reserve, model_socket, stand_in_device
 from hilconform.emulators.toolchain import qemu_binary, qemu_binary_for
-from hilconform.emulators.vfio_user.model import MODEL_DIR
+from hilconform.emulators.vfio_user.model import MODEL_DIR, load_model, window_reserve
 
 HOSTS = MODEL_DIR / "hosts"
 
@@ -55,3 +55,13 @@ def test_a_model_slot_on_the_command_line_points_at_its_socket(tmp_path):
     assert props["socket"] == {"type": "unix", "path": str(model_socket(layout, "gpu0"))}
     with pytest.raises(InfrastructureError, match="instance folder"):
         stand_in_device(profile.slot("gpu0"), profile.kind("model:a100-sxm4"), "gpu0")
+
+
+def test_model_ports_reserve_windows_the_bars_fit_in():
+    a100 = load_model("a100-sxm4")
+    assert window_reserve(a100) == {"mem-reserve": 16 << 20, "pref64-reserve": 512 << 20}
+    u250 = load_model("alveo-u250")
+    assert window_reserve(u250) == {"mem-reserve": 64 << 20, "pref64-reserve": 256 << 20}
+    profile = load_profile(HOSTS / "a100-models.toml")
+    assert model_port_reserve(profile, profile.slot("spare0")) == window_reserve(a100)
+    assert model_port_reserve(load_profile("a100"), load_profile("a100").slot("spare0")) == {}

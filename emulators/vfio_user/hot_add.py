@@ -1,0 +1,50 @@
+"""Hot-add a device model into an empty slot: serve it first, then QMP device_add.
+
+The server must listen before `device_add`, because QEMU connects while
+realizing the device. Removal is the ordinary `hotplug.remove` (device_del,
+DEVICE_DELETED); `release_model` then stops the slot's server.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from ..errors import FaultError, InfrastructureError
+from ..hotplug import HotAdd
+from ..pci_inventory import function_below, query_pci
+from ..qemu_command import model_socket, stand_in_device
+
+
+def hot_add_model(vm, slot_name: str, device_id: str | None = None) -> HotAdd:
+    """Serve the model the slot accepts and device_add it; check QEMU lists it below the port."""
+    slot = vm.profile.slot(slot_name)
+    kind = vm.profile.kind(slot.accepts)
+    if not kind.model:
+        raise FaultError(f"hot-add model: slot {slot_name} accepts {kind.name}, not a device model")
+    functions = query_pci(vm.qmp)
+    bdf = function_below(functions, slot.port_id)
+    if bdf is None:
+        raise FaultError(f"hot-add model: root port {slot.port_id} of slot {slot_name} not found")
+    occupant = next((f for f in functions if f.bdf == bdf), None)
+    if occupant is not None:
+        raise FaultError(f"hot-add model: slot {slot_name} is occupied by {occupant.qdev_id or bdf}")
+    device_id = device_id or f"{slot_name}-{kind.model}"
+    vm.models.release(slot_name)  # a server left from an earlier occupant of the slot
+    vm.models.serve(slot_name, kind.model, model_socket(vm.layout, slot_name), device_id)
+    props = stand_in_device(slot, kind, device_id, vm.layout)
+    try:
+        vm.qmp.execute("device_add", props)
+    except BaseException:
+        vm.models.release(slot_name)
+        raise
+    returned_ns = time.monotonic_ns()
+    if not any(f.qdev_id == device_id for f in query_pci(vm.qmp)):
+        raise InfrastructureError(f"hot-add model: device_add {json.dumps(props)} returned but QEMU "
+                                  "does not list it")
+    return HotAdd(slot_name, device_id, bdf, returned_ns)
+
+
+def release_model(vm, slot_name: str) -> None:
+    """Stop the server of a slot whose device has been removed."""
+    vm.models.release(slot_name)
