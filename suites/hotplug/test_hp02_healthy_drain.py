@@ -10,7 +10,8 @@ complete well inside the timeout. A continuous read loop is not used: it submits
 request as soon as one completes, so the queue is never empty and no drain, healthy or
 not, can finish (tried: every drain timed out).
 
-Checked per removal: drain step `ok`, its `elapsed_ms` and the interval between the
+Checked per removal: drain step `ok` and received after the backend answered the held
+read (a drain cannot be done while a request is in flight), its `elapsed_ms` and the interval between the
 event before it and the drain event (runtime clock) <= the profile's
 `drain_timeout_ms`; no `reset` step in the run, no `reset` part in the `remove` reply,
 no `reset` event for the device.
@@ -70,6 +71,10 @@ def test_healthy_queue_drains_without_reset(host_factory, host_spec, measurement
         assert drain is not None, f"no drain step in the removal of {bdf} ({order})"
         assert drain["status"] == "ok", (
             f"healthy queue of {bdf} did not drain: {drain} (steps: {order})")
+        assert drain["host_ns"] > stall.resume_at_ns, (
+            f"drain of {bdf} reported done {(stall.resume_at_ns - drain['host_ns']) / 1e6:.0f} ms before "
+            f"the backend could answer the read in flight (it held the read until then): the queue "
+            f"was not drained ({drain})")
         if drain.get("polls", 0) < 2:
             raise AssertionError(f"drain of {bdf} found nothing in flight ({drain}): the read the "
                                  f"backend held for {ANSWER_AFTER_S} s had completed already")

@@ -1,0 +1,149 @@
+"""Unit checks of the mutant catalogue and the sensitivity runner's judging (no VM).
+
+Why: a catalogue entry naming a test that does not exist, or a clause the test is not
+marked with, or a mutant whose patch target was renamed in runtime/, would make a
+sensitivity run report "broken" or, worse, judge the wrong thing.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import run_sensitivity as rs
+
+from hilconform.fixtures.clauses import known_clauses
+
+ROOT = Path(__file__).resolve().parents[2]
+MUTANTS_DIR = ROOT / "tests" / "mutants"
+CATALOGUE = rs.load_catalogue()
+
+
+def test_at_least_twelve_mutants_each_with_its_module_and_a_known_clause():
+    assert len(CATALOGUE) >= 12
+    clauses = set(known_clauses())
+    for mutant in CATALOGUE:
+        assert mutant.module == f"hilconform.tests.mutants.{mutant.name}", mutant
+        source = (MUTANTS_DIR / f"{mutant.name}.py").read_text()
+        assert mutant.breaks in clauses, mutant
+        docstring = source.split('"""')[1]
+        assert mutant.breaks in docstring, f"{mutant.name}: the docstring must name {mutant.breaks}"
+        assert f'launch("{mutant.name}", apply)' in source, f"{mutant.name} must announce its own name"
+
+
+def test_every_selected_test_exists_and_is_marked_with_the_clause_broken():
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest", "suites", "--collect-only", "-q", "--list-clauses",
+         "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    marked = set(re.findall(r"^clause (\S+) (\S+)$", listed.stdout, re.M))
+    assert marked, listed.stdout[-2000:] + listed.stderr[-2000:]
+    for mutant in CATALOGUE:
+        for nodeid in mutant.tests:
+            assert (mutant.breaks, nodeid) in marked, f"{mutant.name}: {nodeid} is not a {mutant.breaks} test"
+
+
+def test_ci_subset_covers_every_area():
+    areas = {m.breaks.split("-")[0] for m in CATALOGUE if m.ci}
+    assert areas == {m.breaks.split("-")[0] for m in CATALOGUE}, areas
+
+
+def test_every_mutant_applies_to_the_runtime_as_the_guest_imports_it(tmp_path):
+    """The guest's import layout (hilconform/{runtime,tests} under PYTHONPATH), without site-packages."""
+    package = tmp_path / "hilconform"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "runtime").symlink_to(ROOT / "runtime")
+    (package / "tests").symlink_to(ROOT / "tests")
+    script = (
+        "import importlib, sys\n"
+        "import hilconform.runtime.service as service\n"
+        "assert service.__file__.startswith(sys.argv[1]), service.__file__\n"
+        "from hilconform.tests.mutants import launch\n"
+        "for name in sys.argv[2:]:\n"
+        "    module = importlib.import_module('hilconform.tests.mutants.' + name)\n"
+        "    module.apply()\n"
+        "launch.announce('probe')\n"
+        "print('applied', len(sys.argv) - 2)\n"
+    )
+    names = [m.name for m in CATALOGUE]
+    done = subprocess.run([sys.executable, "-S", "-c", script, str(tmp_path), *names],
+                          env={"PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"applied {len(names)}"
+
+
+def _outcome(nodeid, outcome, clause="HP-02", identities=("m",)):
+    return rs.TestOutcome(nodeid, outcome, clause=clause, identities=list(identities))
+
+
+MUTANT = rs.Mutant("m", "hilconform.tests.mutants.m", "HP-02", "breaks it", ("a.py::t1", "a.py::t2"), True)
+
+
+@pytest.mark.parametrize(("outcomes", "verdict"), [
+    ({"a.py::t1": _outcome("a.py::t1", "failed"), "a.py::t2": _outcome("a.py::t2", "passed")}, "killed"),
+    ({"a.py::t1": _outcome("a.py::t1", "passed"), "a.py::t2": _outcome("a.py::t2", "skipped")}, "survived"),
+    ({"a.py::t1": _outcome("a.py::t1", "failed", clause="HP-01"),
+      "a.py::t2": _outcome("a.py::t2", "passed")}, "survived"),
+    ({"a.py::t1": _outcome("a.py::t1", "error"), "a.py::t2": _outcome("a.py::t2", "passed")}, "broken"),
+    ({"a.py::t1": _outcome("a.py::t1", "passed")}, "broken"),  # t2 missing from the JUnit
+    ({"a.py::t1": _outcome("a.py::t1", "failed", identities=()),
+      "a.py::t2": _outcome("a.py::t2", "passed", identities=())}, "broken"),  # never saw the mutant
+    ({"a.py::t1": _outcome("a.py::t1", "failed", identities=("reference",)),
+      "a.py::t2": _outcome("a.py::t2", "passed")}, "broken"),  # the guest ran something else
+], ids=["killed", "survived", "other-clause-failed", "error", "missing", "no-identity", "foreign"])
+def test_judge_mutant(outcomes, verdict):
+    assert rs.judge_mutant(MUTANT, outcomes)[0] == verdict
+
+
+def test_judge_reference_requires_every_test_to_pass():
+    ref = ("reference",)
+    passed = {"x::a": _outcome("x::a", "passed", identities=ref)}
+    assert rs.judge_reference(["x::a"], passed)[0] == "passed"
+    assert rs.judge_reference(["x::a"], {"x::a": _outcome("x::a", "skipped", identities=ref)})[0] == "failed"
+    assert rs.judge_reference(["x::a"], {"x::a": _outcome("x::a", "error", identities=ref)})[0] == "broken"
+    foreign = {"x::a": _outcome("x::a", "passed", identities=("m",))}
+    assert rs.judge_reference(["x::a"], foreign)[0] == "broken"
+
+
+def test_read_junit_takes_outcome_clause_and_identity(tmp_path):
+    junit = tmp_path / "j.xml"
+    junit.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="suites.hotplug.test_hp02" name="test_x[acpi]" time="3.5">'
+        '<properties><property name="clause" value="HP-02"/>'
+        '<property name="runtime_identity" value="skip_drain"/></properties>'
+        '<failure message="AssertionError: drain ok">trace</failure></testcase>'
+        '<testcase classname="suites.aer.test_a" name="test_y" time="1">'
+        '<skipped message="no slot"/></testcase>'
+        '</testsuite></testsuites>')
+    outcomes = rs.read_junit(junit)
+    x = outcomes["suites/hotplug/test_hp02.py::test_x[acpi]"]
+    assert (x.outcome, x.clause, x.identities, x.seconds) == ("failed", "HP-02", ["skip_drain"], 3.5)
+    assert x.message == "AssertionError: drain ok"
+    assert outcomes["suites/aer/test_a.py::test_y"].outcome == "skipped"
+
+
+def test_exit_code_survivor_over_broken_over_ok():
+    def result(verdict):
+        return rs.RunResult("n", "m", None, "", verdict, "", [], 0.0, 0, [])
+    assert rs.exit_code([result("killed"), result("passed")]) == rs.EXIT_OK
+    assert rs.exit_code([result("killed"), result("broken")]) == rs.EXIT_BROKEN
+    assert rs.exit_code([result("survived"), result("broken")]) == rs.EXIT_SURVIVED
+    assert rs.exit_code([result("killed"), result("failed")]) == rs.EXIT_SURVIVED
+
+
+def test_unknown_mutant_is_refused_with_its_name(tmp_path, capsys):
+    assert rs.main(["--mutant", "no_such_mutant", "--out", str(tmp_path)]) == rs.EXIT_BROKEN
+    assert "no_such_mutant" in capsys.readouterr().err
+
+
+def test_malformed_catalogue_names_the_entry_and_key(tmp_path):
+    bad = tmp_path / "mutants.toml"
+    bad.write_text('[[mutant]]\nname = "x"\nmodule = "m"\nbreaks = "HP-01"\nhow = "h"\n'
+                   'tests = []\nci = true\n')
+    with pytest.raises(rs.CatalogueError, match=r"mutant #1 \(x\).*tests"):
+        rs.load_catalogue(bad)

@@ -1,0 +1,71 @@
+"""The suites catch broken runtimes (issue 6), checked in this run.
+
+Each mutant of tests/mutants/mutants.toml must be *killed*: a test of the clause it
+breaks fails against it. The converse: the reference runtime passes the union of the
+same selections. By default the CI subset (`ci = true`: one or two mutants per area);
+every mutant with HILCONFORM_SENSITIVITY=full (as `make self-check` does).
+
+Each case runs tests/sensitivity/run_sensitivity.py as a process (a pytest run inside
+this one would share its plugins and state) into the test's tmp folder and reads the
+sensitivity.json it wrote. A run the test bed broke is an error here, not a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from run_sensitivity import REFERENCE, load_catalogue, select
+
+from hilconform.emulators.errors import InfrastructureError
+
+RUNNER = Path(__file__).resolve().parent / "run_sensitivity.py"
+FULL = os.environ.get("HILCONFORM_SENSITIVITY", "") == "full"
+CHOSEN = select(load_catalogue(), None, full=FULL)
+RUN_TIMEOUT_S = 900
+
+pytestmark = pytest.mark.slow
+
+
+def _run(args: list[str], out: Path) -> dict:
+    argv = [sys.executable, str(RUNNER), "--out", str(out), "--jobs", "1",
+            "--timeout-s", str(RUN_TIMEOUT_S), *args]
+    try:
+        subprocess.run(argv, timeout=RUN_TIMEOUT_S + 120, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True)
+    except subprocess.TimeoutExpired:
+        raise InfrastructureError(f"run_sensitivity.py {' '.join(args)} ran past its deadline") from None
+    report = out / "sensitivity.json"
+    if not report.exists():
+        raise InfrastructureError(f"run_sensitivity.py {' '.join(args)} wrote no {report}")
+    return json.loads(report.read_text())
+
+
+def _log_tail(out: Path, name: str) -> str:
+    log = out / "logs" / f"{name}.log"
+    return log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
+
+
+@pytest.mark.parametrize("mutant", CHOSEN, ids=lambda m: m.name)
+def test_mutant_is_killed_by_the_clause_it_breaks(mutant, tmp_path):
+    (result,) = _run(["--mutant", mutant.name, "--no-reference"], tmp_path)["results"]
+    if result["verdict"] == "broken":
+        raise InfrastructureError(f"mutant {mutant.name} could not be judged: {result['why']}\n"
+                                  f"{_log_tail(tmp_path, mutant.name)}")
+    assert result["verdict"] == "killed", (
+        f"mutant {mutant.name} ({mutant.how}) SURVIVED {' '.join(mutant.tests)}: {result['why']}")
+    assert result["caught_by"], result
+
+
+def test_reference_runtime_passes_the_same_selection(tmp_path):
+    data = _run(["--reference-only", "--mutant", *(m.name for m in CHOSEN)], tmp_path)
+    (result,) = data["results"]
+    assert result["name"] == REFERENCE
+    if result["verdict"] == "broken":
+        raise InfrastructureError(f"the reference run could not be judged: {result['why']}\n"
+                                  f"{_log_tail(tmp_path, REFERENCE)}")
+    assert result["verdict"] == "passed", f"the reference runtime fails the selection: {result['why']}"
