@@ -48,6 +48,19 @@ class ModelHost:
         except KeyError:
             raise KeyError(f"no model served for slot {slot!r} (served: {', '.join(self.servers)})") from None
 
+    def supervise(self, device_id: str, policy: str, qmp=None) -> None:
+        """What the supervisor does when this device's server dies or hangs.
+
+        "leave": the device stays, fallen off the bus. "remove": QMP device_del through `qmp`
+        (the VM's session), as an operator would after noticing a dead card.
+        """
+        remover = None
+        if policy == "remove":
+            if qmp is None:
+                raise ValueError("policy 'remove' needs the VM's QMP session")
+            remover = lambda dev: qmp.execute("device_del", {"id": dev})  # noqa: E731
+        self.supervisor.set_policy(device_id, policy, remover)
+
     def release(self, slot: str) -> None:
         """Stop serving a slot (after its device was removed); a later serve() starts afresh."""
         server = self.servers.pop(slot, None)

@@ -62,6 +62,9 @@ class Supervisor:
 
     def set_policy(self, name: str, policy: str, remover: Callable[[str], None] | None = None) -> None:
         with self._lock:
+            if name not in self._watched:
+                watched_names = ", ".join(self._watched)
+                raise KeyError(f"supervisor: no server {name!r} is watched (watched: {watched_names})")
             watched = self._watched[name]
             self._check_policy(policy, remover or watched.remover)
             watched.policy = policy
