@@ -20,6 +20,7 @@ padding:4px 8px;text-align:left;vertical-align:top;font-size:13px} th{background
 .banner{padding:14px 18px;font-size:22px;font-weight:600;border-radius:6px;margin:12px 0}
 .v-conformant,.v-pass{background:#d9f2d9} .v-partial,.v-not_checked{background:#fff4cc}
 .v-nonconformant,.v-fail{background:#f8d0d0} .v-incomplete,.v-broken,.v-not_run{background:#e4e4f4}
+td:nth-child(2){min-width:180px} .muted{word-break:break-all}
 .msg{font-family:monospace;font-size:11px;white-space:pre-wrap;max-width:600px} .muted{color:#777}
 #js-errors{color:#a00;font-family:monospace}
 """
@@ -162,19 +163,25 @@ def _devices(certificate: dict) -> str:
 
 
 def timeline_rows(events: dict[str, list[dict]]) -> tuple[list, float]:
-    """Health-state segments and discovered/removed markers per (host instance, device)."""
-    stamps = [e["host_ns"] for log in events.values() for e in log if "host_ns" in e]
-    if not stamps:
+    """Health-state segments and discovered/removed markers per (host instance, device).
+
+    Seconds from the run's first event (host receipt, CLOCK_MONOTONIC: the same clock in every
+    worker); a device's last state lasts until its VM's last recorded event. VMs in start order.
+    """
+    logs = {name: [e for e in log if "host_ns" in e] for name, log in events.items()}
+    logs = {name: log for name, log in logs.items() if log}
+    if not logs:
         return [], 0.0
-    t0, t_end = min(stamps), max(stamps)
-    end_s = (t_end - t0) / 1e9
+    t0 = min(e["host_ns"] for log in logs.values() for e in log)
+    end_s = (max(e["host_ns"] for log in logs.values() for e in log) - t0) / 1e9
     rows = []
-    for instance, log in sorted(events.items()):
+    for instance, log in sorted(logs.items(), key=lambda item: item[1][0]["host_ns"]):
+        instance_end = (log[-1]["host_ns"] - t0) / 1e9
         per_device: dict[str, dict] = {}
         for event in log:
             data = event.get("data") or {}
             device = data.get("device")
-            if not device or "host_ns" not in event:
+            if not device:
                 continue
             at = (event["host_ns"] - t0) / 1e9
             track = per_device.setdefault(device, {"segments": [], "markers": [], "state": None, "since": at})
@@ -185,10 +192,10 @@ def timeline_rows(events: dict[str, list[dict]]) -> tuple[list, float]:
             elif event["event"] in ("discovered", "removed"):
                 track["markers"].append((at, f"{event['event']} ({data.get('cause')})"))
         for device, track in sorted(per_device.items()):
-            if track["state"] is not None and track["state"] != "REMOVED":
-                track["segments"].append((track["since"], end_s, track["state"]))
-            elif track["state"] == "REMOVED":
+            if track["state"] == "REMOVED":  # a short grey mark: the device is gone
                 track["segments"].append((track["since"], min(track["since"] + 0.2, end_s), "REMOVED"))
+            elif track["state"] is not None:
+                track["segments"].append((track["since"], instance_end, track["state"]))
             if track["segments"] or track["markers"]:
                 rows.append((f"{instance[-12:]} {device}", track["segments"], track["markers"]))
     return rows, end_s
