@@ -22,6 +22,9 @@ KERNEL_ARGS = "console=ttyS0 root=/dev/vda rw loglevel=5 panic=-1"
 FIRST_PORT_ADDR = 0x10
 RUNTIME_PORT_NAME = "org.hilconform.runtime.0"
 AGENT_PORT_NAME = "org.qemu.guest_agent.0"
+# Opt-in NIC for SSH into the guest (the guest as a stand-in "real host"): user-mode
+# networking, no way out (restrict=on), the guest's port 22 forwarded to a loopback port.
+SSH_NIC_ADDR = "0x6"
 
 
 def _device(**props) -> list[str]:
@@ -127,6 +130,7 @@ def build_argv(
     image: GuestImage,
     layout: InstanceLayout,
     accel: str = "tcg",
+    ssh_forward_port: int | None = None,
 ) -> list[str]:
     if accel not in ACCELERATORS:
         raise InfrastructureError(f"unknown accelerator {accel!r} (use one of {ACCELERATORS})")
@@ -158,6 +162,8 @@ def build_argv(
     ):
         argv += ["-chardev", f"socket,id={chardev},path={sock},server=on,wait=off"]
         argv += _device(driver="virtserialport", bus="vser.0", chardev=chardev, name=name)
+    if ssh_forward_port is not None:
+        argv += ssh_nic_args(ssh_forward_port)
     if profile.hotplug_mode == "native":
         argv += ["-global", "ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off"]
     for index, slot in enumerate(profile.slots):
@@ -171,6 +177,13 @@ def build_argv(
                                                  separators=(",", ":"))]
             argv += _device(**stand_in_device(slot, kind, slot.name, layout))
     return argv
+
+
+def ssh_nic_args(port: int) -> list[str]:
+    """A virtio-net NIC whose guest port 22 is 127.0.0.1:`port` on the host (only when asked)."""
+    netdev = f"user,id=ssh0,restrict=on,net=10.0.2.0/24,hostfwd=tcp:127.0.0.1:{port}-:22"
+    return ["-netdev", netdev,
+            *_device(driver="virtio-net-pci", id="sshnic", netdev="ssh0", bus="pcie.0", addr=SSH_NIC_ADDR)]
 
 
 def _share_args(fsdev: str, tag: str, path: Path, addr: str) -> list[str]:

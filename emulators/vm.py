@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import socket
 import time
 import weakref
 from pathlib import Path
@@ -47,6 +48,7 @@ class EmulatedVM:
         runtime_config: str | None = None,
         runtime_module: str | None = None,
         allow_reboot: bool = False,
+        ssh_authorized_key: str | None = None,
     ):
         self.profile = profile
         self.image = image or GuestImage.locate()
@@ -57,6 +59,10 @@ class EmulatedVM:
         # Without -no-reboot a guest reboot (or QMP system_reset) restarts the guest
         # instead of ending QEMU; a kernel panic then loops until the ready deadline.
         self.allow_reboot = allow_reboot
+        # Opt-in sshd in the guest (a stand-in real host): the key it authorises for root,
+        # and the loopback port that reaches its port 22 (chosen at start).
+        self.ssh_authorized_key = ssh_authorized_key
+        self.ssh_port: int | None = None
         # Stock-device profiles run on the system QEMU; a profile with device models needs vfio-user.
         self.qemu_binary = qemu_binary_for(profile)
         self.qemu_version = qemu_version(self.qemu_binary)
@@ -83,7 +89,10 @@ class EmulatedVM:
                 if slot.populated and self.profile.kind(slot.device).model:
                     self.models.serve(slot.name, self.profile.kind(slot.device).model,
                                       model_socket(self.layout, slot.name))
-            argv = build_argv(self.qemu_binary, self.profile, self.image, self.layout, self.accel)
+            if self.ssh_authorized_key is not None:
+                self.ssh_port = free_loopback_port()
+            argv = build_argv(self.qemu_binary, self.profile, self.image, self.layout, self.accel,
+                              ssh_forward_port=self.ssh_port)
             if self.allow_reboot:
                 argv.remove("-no-reboot")
             (self.layout.folder / "qemu.argv.json").write_text(json.dumps(argv, indent=1))
@@ -108,6 +117,9 @@ class EmulatedVM:
             (share / "runtime.toml").write_text(self.runtime_config)
         if self.runtime_module:
             (share / "runtime.module").write_text(self.runtime_module + "\n")
+        if self.ssh_authorized_key is not None:
+            (share / "ssh").mkdir()
+            (share / "ssh" / "authorized_keys").write_text(self.ssh_authorized_key.strip() + "\n")
 
     def queue_backend(self, slot_name: str) -> NbdQueueBackend:
         """The NBD backend of a slot's queue device, started on first use."""
@@ -194,6 +206,13 @@ class EmulatedVM:
     def pids(self) -> list[int]:
         pids = [self.qemu.pid] if self.qemu else []
         return pids + [b.process.pid for b in self.queues.values() if b.process]
+
+
+def free_loopback_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def _tail(path: Path | None, limit: int) -> str:

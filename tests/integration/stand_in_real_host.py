@@ -1,0 +1,119 @@
+"""The emulated guest as a stand-in real host: sshd on a loopback port, an ephemeral key.
+
+CI has no accelerator, so the real-host backend is pointed at the emulated guest:
+to it the guest is a real Linux host (its sysfs, its kernel, its udev), reached
+over SSH through a loopback port forward. The guest runs no runtime of its own
+(the real-host backend deploys one), and the key pair lives only for the run.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hilconform.emulators.errors import InfrastructureError
+from hilconform.emulators.profile import load_profile
+from hilconform.emulators.vm import EmulatedVM
+
+SSH_READY_S = 60.0
+ROOT = Path(__file__).resolve().parent.parent.parent
+RUN_TIMEOUT_S = 900
+# Read by the host's own tools, never by the project's code: what a read-only run must not change.
+STATE_SCRIPT = r"""
+lspci -D -vvv -nn
+for d in /sys/bus/pci/devices/*; do
+  printf '%s driver=%s enable=%s power=%s d3cold=%s link=%s/%s\n' "${d##*/}" \
+    "$(basename "$(readlink "$d/driver" 2>/dev/null)" 2>/dev/null)" "$(cat "$d/enable" 2>/dev/null)" \
+    "$(cat "$d/power_state" 2>/dev/null)" "$(cat "$d/d3cold_allowed" 2>/dev/null)" \
+    "$(cat "$d/current_link_speed" 2>/dev/null)" "$(cat "$d/current_link_width" 2>/dev/null)"
+done
+for s in /sys/bus/pci/slots/*; do [ -e "$s/power" ] && echo "slot ${s##*/} power=$(cat "$s/power")"; done
+echo "modules: $(cut -d' ' -f1 /proc/modules | sort | tr '\n' ' ')"
+echo "tmp: $(ls -a /tmp | tr '\n' ' ')"
+echo "python processes: $(pgrep -c python3 || true)"
+"""
+
+
+@dataclass
+class StandInHost:
+    vm: EmulatedVM
+    key: Path
+    ssh_config: Path
+
+    @property
+    def target(self) -> str:
+        return f"real:ssh://root@127.0.0.1:{self.vm.ssh_port}"
+
+    def ssh(self, command: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess:
+        return subprocess.run(["ssh", "-F", str(self.ssh_config), "-p", str(self.vm.ssh_port),
+                               "root@127.0.0.1", command], capture_output=True, text=True, timeout=timeout_s)
+
+
+def make_key(folder: Path) -> Path:
+    key = folder / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "hilconform-ci", "-f", str(key)],
+                   check=True, capture_output=True)
+    return key
+
+
+def write_ssh_config(folder: Path, key: Path) -> Path:
+    """An ssh_config for the stand-in: the run's key only, its host key not remembered."""
+    config = folder / "ssh_config"
+    config.write_text(
+        "Host *\n"
+        f"  IdentityFile {key}\n"
+        "  IdentitiesOnly yes\n"
+        "  StrictHostKeyChecking no\n"
+        "  UserKnownHostsFile /dev/null\n"
+        "  LogLevel ERROR\n"
+    )
+    return config
+
+
+def start_stand_in(folder: Path, profile: str = "a100") -> StandInHost:
+    """Boot the guest with sshd (no runtime of its own) and wait until SSH logs in."""
+    key = make_key(folder)
+    config = write_ssh_config(folder, key)
+    vm = EmulatedVM(load_profile(profile), runtime_config=None,
+                    ssh_authorized_key=(folder / "id_ed25519.pub").read_text())
+    vm.start()
+    host = StandInHost(vm, key, config)
+    deadline = time.monotonic() + SSH_READY_S
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            done = host.ssh("true", timeout_s=15)
+        except subprocess.TimeoutExpired:
+            continue
+        if done.returncode == 0:
+            return host
+        last = done.stderr.strip()
+        time.sleep(0.5)
+    vm.stop()
+    raise InfrastructureError(f"sshd in the stand-in guest did not accept the key within {SSH_READY_S:.0f}s: "
+                              f"{last}")
+
+
+def host_state(host: StandInHost) -> str:
+    """The host's state as its own tools show it (what a read-only run must not change)."""
+    done = host.ssh(STATE_SCRIPT, timeout_s=60)
+    if done.returncode != 0:
+        raise InfrastructureError(f"reading the stand-in's state failed: {done.stderr}")
+    return done.stdout
+
+
+def run_suites(host: StandInHost | None, *args: str, profile: str = "emulated-guest",
+               target: str | None = None, ssh_config: Path | None = None) -> subprocess.CompletedProcess:
+    """pytest in a subprocess against the stand-in (or `target`), as a lab run would be."""
+    target = target or host.target
+    ssh_config = ssh_config or host.ssh_config
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfEs",
+            "--host", target, "--ssh-config", str(ssh_config), "--real-profile", profile, *args]
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+
+
+def outcome(done: subprocess.CompletedProcess) -> str:
+    return f"exit {done.returncode}\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}"

@@ -1,0 +1,79 @@
+"""`--host real:ssh://...` against the emulated guest as a stand-in lab host.
+
+The guest boots with sshd on a loopback port and no runtime of its own; the
+suites run in a pytest subprocess that deploys the runtime over SSH, exactly as
+on a lab machine. Checks: the read-only suites pass and change nothing on the
+host (its state compared before and after); the destructive sysfs paths pass
+and every device is back afterwards; REAL-01 fails when the profile demands a
+link the host does not have. Bad input is tested in test_real_host_bad_input.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+from stand_in_real_host import StandInHost, host_state, outcome, run_suites, start_stand_in
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+# Read-only tests that a real host must run, not skip.
+MUST_PASS_READ_ONLY = (
+    "test_negotiated_link_meets_the_model_minimum",
+    "test_boot_inventory_matches_sysfs_and_lspci",
+    "test_allocate_release_cycle",
+    "test_unrenewed_lease_expires_at_its_ttl_and_a_renewed_one_is_kept",
+)
+@pytest.fixture(scope="module")
+def stand_in(tmp_path_factory) -> StandInHost:
+    host = start_stand_in(tmp_path_factory.mktemp("stand-in"))
+    yield host
+    host.vm.stop()
+
+
+def passed_tests(junit: Path) -> set[str]:
+    """Names of the test cases that passed (neither skipped, failed nor errored)."""
+    cases = ElementTree.parse(junit).getroot().iter("testcase")
+    return {c.get("name") for c in cases if not any(child.tag in ("skipped", "failure", "error")
+                                                    for child in c)}
+
+
+def test_read_only_suites_pass_and_change_nothing_on_the_host(stand_in, tmp_path):
+    before = host_state(stand_in)
+    junit = tmp_path / "junit.xml"
+    done = run_suites(stand_in, "suites", "-m", "not destructive", f"--junitxml={junit}")
+    assert done.returncode == 0, outcome(done)
+    passed = passed_tests(junit)
+    for must_pass in MUST_PASS_READ_ONLY:
+        assert must_pass in passed, f"{must_pass} did not pass:\n{outcome(done)}"
+    after = host_state(stand_in)
+    assert after == before, "a read-only run changed the host:\n" + "\n".join(
+        f"- {a}\n+ {b}" for a, b in zip(before.splitlines(), after.splitlines(), strict=False) if a != b)
+
+
+def test_destructive_sysfs_paths_pass_and_every_device_comes_back(stand_in, tmp_path):
+    def devices() -> str:
+        return stand_in.ssh("for d in /sys/bus/pci/devices/*; do echo ${d##*/} "
+                            "$(basename $(readlink $d/driver 2>/dev/null) 2>/dev/null); done").stdout
+
+    before = devices()
+    journal = tmp_path / "journal.jsonl"
+    done = run_suites(stand_in, "suites/real", "-m", "destructive", "--allow-destructive",
+                      "--real-journal", str(journal))
+    assert done.returncode == 0, outcome(done)
+    assert "3 passed" in done.stdout, outcome(done)
+    actions = journal.read_text()
+    assert '"action": "remove"' in actions and '"action": "reset"' in actions, actions
+    assert "0000:00:02.0" not in actions and "0000:00:06.0" not in actions, (
+        f"the boot disk or the SSH NIC was touched:\n{actions}")
+    assert devices() == before
+
+
+def test_real01_fails_when_the_profile_demands_a_faster_link(stand_in, tmp_path):
+    demanding = tmp_path / "demanding.toml"
+    source = (ROOT / "fixtures/real_profiles/emulated-guest.toml").read_text()
+    demanding.write_text(source.replace("link_min = { generation = 1, width = 1 }",
+                                        "link_min = { generation = 3, width = 16 }"))
+    done = run_suites(stand_in, "suites/real/test_real01_link.py", profile=str(demanding))
+    assert done.returncode == 1, outcome(done)
+    assert "[major]" in done.stdout and "the model needs Gen3 x16" in done.stdout, outcome(done)

@@ -1,0 +1,126 @@
+"""--host parsing, real-host profiles and the runtime config a real host gets (no host needed)."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from hilconform.emulators.errors import ProfileError
+from hilconform.fixtures.host_spec import HostSpecError, parse_host_spec
+from hilconform.fixtures.real_host import ProfileMatchesNothing, choose_profile
+from hilconform.fixtures.real_profile import available_real_profiles, load_real_profile
+from hilconform.fixtures.remote_command import HostUnreachable, LoginRefused, classify_ssh_failure
+from hilconform.fixtures.runtime_deployment import runtime_config, runtime_tarball
+
+
+@pytest.mark.parametrize("text, user, host, port", [
+    ("real:ssh://root@lab-a100-07", "root", "lab-a100-07", None),
+    ("real:ssh://lab.example.org:2222", None, "lab.example.org", 2222),
+    ("real:ssh://ci@127.0.0.1:40022", "ci", "127.0.0.1", 40022),
+])
+def test_ssh_hosts_parse(text, user, host, port):
+    spec = parse_host_spec(text)
+    assert (spec.kind, spec.ssh_user, spec.ssh_host, spec.ssh_port) == ("real", user, host, port)
+    assert spec.is_real and spec.over_ssh
+
+
+def test_local_host_parses():
+    spec = parse_host_spec("real:local")
+    assert spec.is_real and not spec.over_ssh
+
+
+@pytest.mark.parametrize("text, words", [
+    ("real:lab-host", "real:local or real:ssh://"),
+    ("real:ssh://", "real:local or real:ssh://"),
+    ("real:ssh://host:70000", "out of range"),
+    ("metal:x", "unknown host kind"),
+])
+def test_bad_hosts_are_refused_with_the_reason(text, words):
+    with pytest.raises(HostSpecError, match=words):
+        parse_host_spec(text)
+
+
+EXPECTED_IDS = {
+    "a100": {"10de:20b0", "10de:20b2", "10de:20b1", "10de:20f1", "10de:20b5"},
+    "t4": {"10de:1eb8"}, "h100": {"10de:2330", "10de:2331"}, "h200": {"10de:2335", "10de:233b"},
+    "alveo-u250": {"10ee:5004", "10ee:5005"}, "alveo-u280": {"10ee:500c", "10ee:500d"},
+    "intel-pac": {"8086:09c4", "8086:0b2b", "8086:0b30"},
+}
+EXPECTED_LINK = {"a100": "Gen3 x16", "h100": "Gen3 x16", "h200": "Gen3 x16", "t4": "Gen3 x8"}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_IDS))
+def test_shipped_profiles_select_the_issue_s_ids(name):
+    profile = load_real_profile(name)
+    assert set(profile.select_ids) == EXPECTED_IDS[name]
+    if name in EXPECTED_LINK:
+        assert str(profile.link_min) == EXPECTED_LINK[name]
+    assert {"cold_discovery_ms", "reset_budget_ms", "removal_detect_ms"} <= set(profile.budgets)
+
+
+def test_every_shipped_profile_loads():
+    assert "emulated-guest" in available_real_profiles()
+    for name in available_real_profiles():
+        load_real_profile(name)
+
+
+@pytest.mark.parametrize("body, key", [
+    ('[profile]\nname="x"\ndescription="d"\nvendor="v"\n[devices]\nselect_ids=["10DE:20B0"]\n'
+     'link_min={generation=3, width=16}\n', "devices.select_ids"),
+    ('[profile]\nname="x"\ndescription="d"\nvendor="v"\n[devices]\nselect_ids=["10de:20b0"]\n'
+     'link_min={generation=3}\n', "devices.link_min"),
+    ('[profile]\nname="x"\ndescription="d"\nvendor="v"\ncolour="red"\n', "profile.colour"),
+])
+def test_a_bad_profile_names_the_file_and_the_key(tmp_path, body, key):
+    path = tmp_path / "bad.toml"
+    path.write_text(body)
+    with pytest.raises(ProfileError, match=key.replace(".", r"\.")):
+        load_real_profile(str(path))
+
+
+def _survey(*ids: str) -> dict:
+    devices = {}
+    for n, pair in enumerate(ids):
+        vendor, device = pair.split(":")
+        devices[f"0000:{n + 1:02x}:00.0"] = {"vendor": f"0x{vendor}", "device": f"0x{device}"}
+    return {"devices": devices}
+
+
+def test_profile_is_picked_by_ids_or_refused_when_it_matches_nothing():
+    assert choose_profile(None, _survey("10de:1eb8", "8086:1533"), "lab").name == "t4"
+    with pytest.raises(ProfileMatchesNothing, match="selects 10de:2330, 10de:2331, but the host has none"):
+        choose_profile("h100", _survey("10de:1eb8"), "lab")
+    with pytest.raises(ProfileMatchesNothing, match="cannot pick a real-host profile"):
+        choose_profile(None, _survey("8086:1533"), "lab")
+
+
+def test_read_only_runtime_config_never_resets_on_its_own():
+    profile = load_real_profile("a100")
+    config = tomllib.loads(runtime_config(profile, "/tmp/hilconform-rt.abc", read_only=True))
+    assert config["transport"] == "unix:/tmp/hilconform-rt.abc/rt.sock"
+    assert config["selector"]["ids"] == list(profile.select_ids)
+    assert config["aer"]["reset_weight"] >= 1e12
+    destructive = tomllib.loads(runtime_config(profile, "/tmp/x", read_only=False))
+    assert "aer" not in destructive
+
+
+def test_the_runtime_tarball_holds_the_package_and_nothing_else():
+    import io
+    import tarfile
+
+    names = tarfile.open(fileobj=io.BytesIO(runtime_tarball())).getnames()
+    assert "hilconform/__init__.py" in names and "hilconform/runtime/__main__.py" in names
+    assert all(n.startswith("hilconform/") and "__pycache__" not in n for n in names)
+
+
+@pytest.mark.parametrize("stderr, kind", [
+    ("ssh: connect to host 10.0.0.9 port 22: Connection refused\r\n", HostUnreachable),
+    ("ssh: Could not resolve hostname lab-x: Name or service not known\r\n", HostUnreachable),
+    ("root@10.0.0.9: Permission denied (publickey).\r\n", LoginRefused),
+    ("Host key verification failed.\r\n", LoginRefused),
+])
+def test_ssh_failures_say_which_kind_they_are(stderr, kind):
+    error = classify_ssh_failure("ssh://lab", stderr)
+    assert isinstance(error, kind)
+    assert stderr.strip() in str(error)
