@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -50,23 +51,37 @@ def _steps(step_list: list[dict]) -> list[str]:
 
 
 def test_passing_run_exits_0_with_the_four_artifacts(tmp_path):
-    done, run = _certify(tmp_path, "--suite", "discovery", "--clause", "DISC-01", "-n", "1")
+    done, run = _certify(
+        tmp_path,
+        "--suite",
+        "discovery",
+        "--suite",
+        "hotplug",
+        "--clause",
+        "DISC-01",
+        "--clause",
+        "HP-01",
+        "-n",
+        "1",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert any(line.startswith("[  1/1] DISC-01  passed") for line in lines), done.stdout
+    progress = [line for line in lines if re.match(r"\[\s*\d/3\] (DISC-01|HP-01)\s+passed\s", line)]
+    assert len(progress) == 3, done.stdout
     assert lines[-1] == f"hilconform: verdict CONFORMANT (exit 0); run folder {run.path}"
     for artifact in (run.junit, run.allure_results, run.certificate, run.html):
         assert artifact.exists(), artifact
     cert = json.loads(run.certificate.read_text())
     validate(cert)
     assert (cert["verdict"], cert["status"], cert["exit_code"]) == ("conformant", "complete", 0)
-    assert [(c["id"], c["verdict"]) for c in cert["clauses"]] == [("DISC-01", "pass")]
+    assert [(c["id"], c["verdict"]) for c in cert["clauses"]] == [("DISC-01", "pass"), ("HP-01", "pass")]
     assert cert["devices"] and all(d["driver"] and d["firmware"] and d["link"] for d in cert["devices"])
     assert cert["versions"]["qemu"] and cert["versions"]["guest_kernel"] and cert["versions"]["protocol"] == 1
     suite = ET.parse(run.junit).getroot().find("testsuite")
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("1", "0", "0")
-    [result] = _allure_results(run)
-    assert result["status"] == "passed"
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("3", "0", "0")
+    results = {r["fullName"].split("#")[-1]: r for r in _allure_results(run)}
+    assert {r["status"] for r in results.values()} == {"passed"}
+    result = results["test_boot_inventory_matches_qemu_and_the_guest_kernel"]
     assert _labels(result) | {
         "epic": "discovery",
         "feature": "DISC-01",
@@ -75,6 +90,9 @@ def test_passing_run_exits_0_with_the_four_artifacts(tmp_path):
         "profile": "a100",
     } == _labels(result)
     assert any(s.startswith("wait for runtime event inventory_complete") for s in _steps(result["steps"]))
+    removal = _steps(results["test_orderly_removal_by_request"]["steps"])
+    assert any(s.startswith("fault: hot_add(") for s in removal), removal
+    assert _labels(results["test_orderly_removal_by_request"])["epic"] == "hotplug"
     categories = json.loads((run.allure_results / "categories.json").read_text())
     assert [c["matchedStatuses"] for c in categories][:3] == [["broken"], ["broken"], ["failed"]]
     assert "verdict=conformant" in (run.allure_results / "environment.properties").read_text()
