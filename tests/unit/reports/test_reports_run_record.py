@@ -33,6 +33,15 @@ def test_lacks_capability():
 
 def test_without_clause(crashing):
     pass
+
+@pytest.fixture
+def crashing_teardown():
+    yield
+    raise RuntimeError("teardown bug")
+
+@pytest.mark.clause("DISC-05")
+def test_fails_then_its_teardown_crashes(crashing_teardown):
+    assert False, "a finding"
 """
 
 
@@ -66,8 +75,9 @@ def test_progress_lines_classify_each_outcome(tmp_path):
         "test_test_bed_breaks": ("DISC-03", "broken"),
         "test_lacks_capability": ("DISC-04", "skipped"),
         "test_without_clause": (None, "error"),
+        "test_fails_then_its_teardown_crashes": ("DISC-05", "failed"),
     }
     assert "latency over budget" in tests["test_finds_a_problem"]["message"]
     assert "lacks capability" in tests["test_lacks_capability"]["message"]
-    assert sum(r["kind"] == "start" for r in lines) == 5
+    assert sum(r["kind"] == "start" for r in lines) == 6
     assert lines[-1] == {**lines[-1], "kind": "session_finish", "exitstatus": 1}
