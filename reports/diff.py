@@ -51,6 +51,13 @@ class RunDiff:
         for clause in self.only_in_b:
             lines.append(f"clause {clause}: only in B")
         for f in self.figures:
+            if f.get("only_in"):
+                side = 0 if f["only_in"] == "A" else 1
+                lines.append(
+                    f"figure {f['key']}: only in {f['only_in']} (median {f['median'][side]:g}, "
+                    f"p95 {f['p95'][side]:g} {f['unit']})"
+                )
+                continue
             lines.append(
                 f"figure {f['key']}: median {f['median'][0]:g} -> {f['median'][1]:g}, "
                 f"p95 {f['p95'][0]:g} -> {f['p95'][1]:g} {f['unit']}"
@@ -98,7 +105,7 @@ def diff_certificates(a: dict, b: dict) -> RunDiff:
                     "unit": present["unit"],
                     "median": (fa["median"] if fa else float("nan"), fb["median"] if fb else float("nan")),
                     "p95": (fa["p95"] if fa else float("nan"), fb["p95"] if fb else float("nan")),
-                    "note": "only in A" if fb is None else "only in B",
+                    "only_in": "A" if fb is None else "B",
                 }
             )
         elif _moved(fa["median"], fb["median"]) or _moved(fa["p95"], fb["p95"]):

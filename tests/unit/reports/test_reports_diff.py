@@ -93,3 +93,24 @@ def test_rebuild_remakes_the_certificate_and_a_crash_is_exit_2_never_1(tmp_path,
     run.run_json.write_text("{}")  # a run.json without its run id: the builder cannot work
     assert main(["report", "rebuild", str(run.path)]) == 2
     assert "internal error" in capsys.readouterr().err
+
+
+def test_a_figure_measured_in_one_run_only_is_listed_with_its_values(tmp_path, capsys):
+    def drop_cold_discovery(run):
+        for path in run.measurements_dir.glob("DISC-03-cold_discovery-*.json"):
+            path.unlink()
+
+    a = _finished(tmp_path, "a")
+    b = _finished(tmp_path, "b", drop_cold_discovery)
+    assert main(["report", "diff", str(a.path), str(b.path)]) == 0
+    out = capsys.readouterr().out
+    figure = next(
+        f
+        for f in json.loads(a.certificate.read_text())["clauses"][1]["figures"]
+        if f["name"] == "cold_discovery"
+    )
+    assert (
+        f"figure DISC-03 cold_discovery: only in A (median {figure['median']:g}, p95 {figure['p95']:g} ms)"
+        in out
+    )
+    assert "nan" not in out
