@@ -263,21 +263,24 @@ def exit_code(results: list[RunResult]) -> int:
     return EXIT_OK
 
 
-def environment(host: str) -> dict:
+def environment(host: str, load_before: float) -> dict:
+    """Where the table was measured; the 1-min load average before and after (timing clauses)."""
     try:
         from hilconform.emulators.toolchain import qemu_version
         qemu = qemu_version()
     except Exception as exc:  # noqa: BLE001 - the report says why instead
         qemu = f"unknown ({exc})"
     return {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "host": host, "qemu": qemu,
-            "cores": os.cpu_count()}
+            "cores": os.cpu_count(), "load_before": round(load_before, 1),
+            "load_after": round(os.getloadavg()[0], 1)}
 
 
 def markdown(results: list[RunResult], env: dict, wall_s: float) -> str:
     mutants = [r for r in results if r.name != REFERENCE]
     killed = sum(r.verdict == "killed" for r in mutants)
     lines = [
-        f"Measured {env['date']} on host `{env['host']}`, QEMU {env['qemu']}, {env['cores']} cores; "
+        f"Measured {env['date']} on host `{env['host']}`, QEMU {env['qemu']}, {env['cores']} cores "
+        f"(1-min load {env['load_before']} before, {env['load_after']} after); "
         f"wall time {wall_s / 60:.1f} min. {killed} of {len(mutants)} mutants killed.",
         "",
         "| mutant | breaks | what it does wrong | caught by (failed tests) | verdict | run s |",
@@ -360,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     for sub in ("junit", "logs"):
         (out / sub).mkdir(parents=True, exist_ok=True)
 
-    started = time.monotonic()
+    started, load_before = time.monotonic(), os.getloadavg()[0]
     jobs = [] if args.reference_only else [
         (lambda m=m: run_mutant(m, out, args.host, args.timeout_s)) for m in chosen]
     if not args.no_reference:
@@ -377,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     results.sort(key=lambda r: (r.name == REFERENCE, [m.name for m in chosen].index(r.name)
                                 if r.name != REFERENCE else 0))
     wall = time.monotonic() - started
-    env = environment(args.host)
+    env = environment(args.host, load_before)
     write_report(out, results, env, wall)
     if args.doc:
         update_doc(args.doc, markdown(results, env, wall))

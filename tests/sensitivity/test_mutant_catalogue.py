@@ -147,3 +147,23 @@ def test_malformed_catalogue_names_the_entry_and_key(tmp_path):
                    'tests = []\nci = true\n')
     with pytest.raises(rs.CatalogueError, match=r"mutant #1 \(x\).*tests"):
         rs.load_catalogue(bad)
+
+
+def test_table_names_each_mutant_its_catchers_and_the_converse(tmp_path):
+    killed = rs.RunResult("skip_drain", "m", "HP-02", "skips it", "killed", "1 of 1",
+                          ["suites/h/t.py::test_a"], 12.0, 1, [])
+    survived = rs.RunResult("other", "m", "HP-03", "waits", "survived", "every test passed", [], 9.0, 0, [])
+    reference = rs.RunResult(rs.REFERENCE, "hilconform.runtime", None, "", "passed", "all 2 passed", [],
+                             30.0, 0, [])
+    env = {"date": "d", "host": "emulated:a100", "qemu": "7.2", "cores": 2, "load_before": 1.0,
+           "load_after": 2.0}
+    table = rs.markdown([killed, survived, reference], env, 60.0)
+    assert "| `skip_drain` | HP-02 | skips it | `t.py::test_a` | killed | 12 |" in table
+    assert "**SURVIVED**: every test passed" in table
+    assert "1 of 2 mutants killed" in table and "**passed**" in table
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"head\n{rs.TABLE_BEGIN}\nold\n{rs.TABLE_END}\ntail\n")
+    rs.update_doc(doc, table)
+    text = doc.read_text()
+    assert "old" not in text and text.startswith("head\n") and text.endswith(f"{rs.TABLE_END}\ntail\n")
+    assert table in text

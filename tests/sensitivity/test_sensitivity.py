@@ -50,6 +50,17 @@ def _log_tail(out: Path, name: str) -> str:
     return log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
 
 
+# The reference run first: it is the longest, so xdist starts it before the short mutant runs.
+def test_reference_runtime_passes_the_same_selection(tmp_path):
+    data = _run(["--reference-only", "--mutant", *(m.name for m in CHOSEN)], tmp_path)
+    (result,) = data["results"]
+    assert result["name"] == REFERENCE
+    if result["verdict"] == "broken":
+        raise InfrastructureError(f"the reference run could not be judged: {result['why']}\n"
+                                  f"{_log_tail(tmp_path, REFERENCE)}")
+    assert result["verdict"] == "passed", f"the reference runtime fails the selection: {result['why']}"
+
+
 @pytest.mark.parametrize("mutant", CHOSEN, ids=lambda m: m.name)
 def test_mutant_is_killed_by_the_clause_it_breaks(mutant, tmp_path):
     (result,) = _run(["--mutant", mutant.name, "--no-reference"], tmp_path)["results"]
@@ -59,13 +70,3 @@ def test_mutant_is_killed_by_the_clause_it_breaks(mutant, tmp_path):
     assert result["verdict"] == "killed", (
         f"mutant {mutant.name} ({mutant.how}) SURVIVED {' '.join(mutant.tests)}: {result['why']}")
     assert result["caught_by"], result
-
-
-def test_reference_runtime_passes_the_same_selection(tmp_path):
-    data = _run(["--reference-only", "--mutant", *(m.name for m in CHOSEN)], tmp_path)
-    (result,) = data["results"]
-    assert result["name"] == REFERENCE
-    if result["verdict"] == "broken":
-        raise InfrastructureError(f"the reference run could not be judged: {result['why']}\n"
-                                  f"{_log_tail(tmp_path, REFERENCE)}")
-    assert result["verdict"] == "passed", f"the reference runtime fails the selection: {result['why']}"
