@@ -20,8 +20,10 @@ padding:4px 8px;text-align:left;vertical-align:top;font-size:13px} th{background
 .banner{padding:14px 18px;font-size:22px;font-weight:600;border-radius:6px;margin:12px 0}
 .v-conformant,.v-pass{background:#d9f2d9} .v-partial,.v-not_checked{background:#fff4cc}
 .v-nonconformant,.v-fail{background:#f8d0d0} .v-incomplete,.v-broken,.v-not_run{background:#e4e4f4}
-td:nth-child(2){min-width:180px} .muted{word-break:break-all}
-.msg{font-family:monospace;font-size:11px;white-space:pre-wrap;max-width:600px} .muted{color:#777}
+#verdicts{width:100%;table-layout:fixed} #verdicts td{overflow-wrap:anywhere}
+.muted{word-break:break-all}
+.msg{font-family:monospace;font-size:11px;white-space:pre-wrap;max-width:480px;word-break:break-all}
+.muted{color:#777}
 #js-errors{color:#a00;font-family:monospace}
 """
 
@@ -55,10 +57,10 @@ def _verdict_table(certificate: dict) -> str:
     for clause in certificate["clauses"]:
         tests = (
             "<br>".join(
-                f'{escape(t["outcome"])} <span class="muted">{escape(t["nodeid"])} '
-                f"({t['duration_s']:.1f} s)</span>"
+                f'{escape(t["outcome"])} <span class="muted" title="{escape(t["nodeid"])}">'
+                f"{escape(t['nodeid'].split('::')[-1])} ({t['duration_s']:.1f} s)</span>"
                 + (
-                    f'<div class="msg">{escape(t["message"][:400])}</div>'
+                    f'<div class="msg">{escape(t["message"][:300])}</div>'
                     if t["message"] and t["outcome"] != "passed"
                     else ""
                 )
@@ -102,7 +104,8 @@ def _verdict_table(certificate: dict) -> str:
             )
         )
     head = "<tr><th>Clause</th><th>Statement</th><th>Verdict</th><th>Tests</th><th>Figures</th></tr>"
-    return f"<table id='verdicts'>{head}{''.join(rows)}</table>"
+    widths = "".join(f'<col style="width:{w}">' for w in ("7%", "17%", "7%", "44%", "25%"))
+    return f"<table id='verdicts'><colgroup>{widths}</colgroup>{head}{''.join(rows)}</table>"
 
 
 def _figures(certificate: dict) -> str:
