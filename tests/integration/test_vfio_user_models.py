@@ -200,8 +200,7 @@ def test_server_death_left_on_the_bus_then_removed_by_the_supervisor():
         # Policy "remove": the supervisor takes the next dead server off the bus through QMP.
         gpu0 = vm.models.server("gpu0")
         mark = vm.qmp.mark()
-        vm.models.supervisor.set_policy(
-            "gpu0", "remove", remover=lambda dev: vm.qmp.execute("device_del", {"id": dev}))
+        vm.models.supervise("gpu0", "remove", vm.qmp)
         gpu0.die()
         incident = vm.models.supervisor.wait_incident("gpu0", timeout_s=5)
         assert (incident.kind, incident.action) == ("dead", "removed")
@@ -236,8 +235,7 @@ def test_hung_server_noticed_and_removed_by_the_supervisor():
     with EmulatedVM(load_profile(HOSTS / "a100-models.toml")) as vm:
         server = vm.models.server("gpu1")
         mark = vm.qmp.mark()
-        vm.models.supervisor.set_policy(
-            "gpu1", "remove", remover=lambda dev: vm.qmp.execute("device_del", {"id": dev}))
+        vm.models.supervise("gpu1", "remove", vm.qmp)
         server.hang()
         # The guest's access stalls its vCPU for QEMU's message timeout, then reads all ones.
         assert read(vm, GPU1, "magic") == 0xFFFFFFFF
