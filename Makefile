@@ -10,8 +10,8 @@ HOST ?= emulated:a100
 PYTEST_ARGS ?=
 CERTIFY_ARGS ?=
 
-APT_PACKAGES := qemu-system-x86 qemu-utils debootstrap e2fsprogs cpio pciutils python3-venv
-NEEDED_TOOLS := qemu-system-x86_64 qemu-nbd debootstrap mkfs.ext4 cpio
+APT_PACKAGES := qemu-system-x86 qemu-utils debootstrap e2fsprogs cpio pciutils python3-venv openssh-client
+NEEDED_TOOLS := qemu-system-x86_64 qemu-nbd debootstrap mkfs.ext4 cpio ssh ssh-keygen
 # The project's tests also open report.html in a real headless browser.
 TEST_PACKAGES := chromium
 

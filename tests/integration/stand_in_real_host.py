@@ -21,16 +21,25 @@ from hilconform.emulators.vm import EmulatedVM
 SSH_READY_S = 60.0
 ROOT = Path(__file__).resolve().parent.parent.parent
 RUN_TIMEOUT_S = 900
+STATE_TIMEOUT_S = 180  # lspci -vvv + a python3 start in a TCG guest on a loaded 2-core machine
 # Read by the host's own tools, never by the project's code: what a read-only run must not change.
 STATE_SCRIPT = r"""
 lspci -D -vvv -nn
-for d in /sys/bus/pci/devices/*; do
-  printf '%s driver=%s enable=%s power=%s d3cold=%s link=%s/%s\n' "${d##*/}" \
-    "$(basename "$(readlink "$d/driver" 2>/dev/null)" 2>/dev/null)" "$(cat "$d/enable" 2>/dev/null)" \
-    "$(cat "$d/power_state" 2>/dev/null)" "$(cat "$d/d3cold_allowed" 2>/dev/null)" \
-    "$(cat "$d/current_link_speed" 2>/dev/null)" "$(cat "$d/current_link_width" 2>/dev/null)"
-done
-for s in /sys/bus/pci/slots/*; do [ -e "$s/power" ] && echo "slot ${s##*/} power=$(cat "$s/power")"; done
+python3 - <<'PY'
+import glob, os
+def read(path):
+    try:
+        return open(path).read().strip()
+    except OSError:
+        return None
+for d in sorted(glob.glob("/sys/bus/pci/devices/*")):
+    driver = os.path.basename(os.readlink(d + "/driver")) if os.path.islink(d + "/driver") else None
+    attrs = [read(f"{d}/{a}") for a in ("enable", "power_state", "d3cold_allowed", "current_link_speed",
+                                       "current_link_width", "broken_parity_status", "msi_bus")]
+    print(os.path.basename(d), driver, *attrs)
+for s in sorted(glob.glob("/sys/bus/pci/slots/*/power")):
+    print(s, read(s))
+PY
 echo "modules: $(cut -d' ' -f1 /proc/modules | sort | tr '\n' ' ')"
 echo "tmp: $(ls -a /tmp | tr '\n' ' ')"
 echo "python processes: $(pgrep -c python3 || true)"
@@ -99,7 +108,7 @@ def start_stand_in(folder: Path, profile: str = "a100") -> StandInHost:
 
 def host_state(host: StandInHost) -> str:
     """The host's state as its own tools show it (what a read-only run must not change)."""
-    done = host.ssh(STATE_SCRIPT, timeout_s=60)
+    done = host.ssh(STATE_SCRIPT, timeout_s=STATE_TIMEOUT_S)
     if done.returncode != 0:
         raise InfrastructureError(f"reading the stand-in's state failed: {done.stderr}")
     return done.stdout
