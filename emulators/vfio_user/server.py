@@ -52,7 +52,12 @@ class ModelServer:
     def start(self) -> ModelServer:
         claim_socket_path(self.socket_path)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(str(self.socket_path))
+        try:
+            listener.bind(str(self.socket_path))
+        except OSError as exc:
+            listener.close()
+            raise InfrastructureError(f"vfio-user server for {self.device.instance}: cannot listen on "
+                                      f"{self.socket_path}: {exc}") from None
         listener.listen(1)
         listener.settimeout(ACCEPT_POLL_S)
         self._listener = listener

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from hilconform.emulators.errors import WaitTimeout
+from hilconform.emulators.errors import InfrastructureError, WaitTimeout
 from hilconform.emulators.vfio_user import protocol as p
 from hilconform.emulators.vfio_user.client import ClientError, VfioUserClient
 from hilconform.emulators.vfio_user.device import ModelDevice
@@ -190,3 +190,11 @@ def test_supervisor_notices_dead_and_hung_servers(tmp_path):
         client.close()
     finally:
         host.stop()
+
+
+def test_a_socket_path_that_cannot_be_bound_is_an_infrastructure_error(tmp_path):
+    too_long = tmp_path / ("x" * 120 + ".sock")  # unix socket paths stop at 108 bytes
+    device = ModelDevice(load_model("t4"), "t")
+    with pytest.raises(InfrastructureError, match="cannot listen on"):
+        ModelServer(device, too_long).start()
+    device.close()
