@@ -105,6 +105,8 @@ def test_guest_lists_the_real_identity_and_link(vm):
     assert "FLReset+" in detail
     sizes = re.findall(r"Region (\d): Memory at \w+ \((\d\d)-bit.*\[size=(\d+)M\]", detail)
     assert sizes == [("0", "32", "16"), ("1", "64", "256"), ("3", "64", "32")], detail
+    serials = re.findall(r"Device Serial Number (\S+)", shell(vm, "lspci -vv -d 10de:20b0"))
+    assert len(serials) == 2 and serials[0] != serials[1], serials  # two cards, two serial numbers
 
 
 def test_registers_through_sysfs_resource0(vm, gpu0):
