@@ -16,6 +16,10 @@ from xml.etree import ElementTree
 import pytest
 from stand_in_real_host import StandInHost, host_state, outcome, run_suites, start_stand_in
 
+from hilconform.fixtures.real_host import RealHost
+from hilconform.fixtures.real_safety import UnsafeTarget
+from hilconform.fixtures.remote_command import SshRunner
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 # Read-only tests that a real host must run, not skip.
 MUST_PASS_READ_ONLY = (
@@ -77,3 +81,22 @@ def test_real01_fails_when_the_profile_demands_a_faster_link(stand_in, tmp_path)
     done = run_suites(stand_in, "suites/real/test_real01_link.py", profile=str(demanding))
     assert done.returncode == 1, outcome(done)
     assert "[major]" in done.stdout and "the model needs Gen3 x16" in done.stdout, outcome(done)
+
+
+def test_boot_disk_and_ssh_link_are_protected_even_when_destructive(stand_in, tmp_path):
+    """The survey finds the root disk (00:02.0) and the SSH NIC (00:06.0); actions on them are refused."""
+    runner = SshRunner("127.0.0.1", "root", stand_in.vm.ssh_port, str(stand_in.ssh_config))
+    host = RealHost(runner, "emulated-guest", True, tmp_path / "journal.jsonl", name="stand-in")
+    try:
+        host.preflight()
+        protected = host.policy.protected
+        assert any("mounted at /" in why for why in protected.get("0000:00:02.0", [])), protected
+        assert any("SSH session" in why for why in protected.get("0000:00:06.0", [])), protected
+        assert "0000:00:06.0" not in host.policy.safe_targets()
+        for bdf in ("0000:00:02.0", "0000:00:06.0"):
+            with pytest.raises(UnsafeTarget, match=bdf):
+                host.sysfs_remove(bdf)
+        assert host.journal.entries == []
+        assert stand_in.ssh("test -e /sys/bus/pci/devices/0000:00:06.0/driver").returncode == 0
+    finally:
+        assert host.close() == []
