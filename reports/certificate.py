@@ -12,6 +12,7 @@ import functools
 import json
 import platform
 import re
+import subprocess
 from collections import defaultdict
 from importlib import metadata
 from pathlib import Path
@@ -59,7 +60,9 @@ def figure_key(figure: dict) -> str:
     return f"{figure['clause']} {figure['name']}" + (f" {params.group(1)}" if params else "")
 
 
-def _versions() -> dict:
+def tool_versions() -> dict:
+    """The tool's versions, taken when the run starts (run.json), so a later rebuild keeps them."""
+
     def version(dist: str) -> str | None:
         try:
             return metadata.version(dist)
@@ -72,7 +75,23 @@ def _versions() -> dict:
         "pytest": version("pytest"),
         "pytest_xdist": version("pytest-xdist"),
         "allure_pytest": version("allure-pytest"),
+        "hilconform_checkout": _checkout_commit(),
     }
+
+
+def _checkout_commit() -> str | None:
+    """`git describe --always --dirty` of the source checkout, or None outside one."""
+    checkout = Path(__file__).resolve().parent.parent
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(checkout), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
 
 
 def _firmware_versions(events: dict[str, list[dict]]) -> dict[tuple[str, str], str]:
@@ -213,7 +232,7 @@ def build(run: RunFolder, sensitivity: dict | None = None) -> dict:
             "instances": [h["instance"] for h in hosts],
         },
         "versions": {
-            **_versions(),
+            **(meta.get("tool_versions") or tool_versions()),
             "qemu": first.get("qemu_version"),
             "guest_kernel": first.get("guest_kernel"),
             "runtime": runtime.get("runtime"),

@@ -325,6 +325,7 @@ def certify(options: CertifyOptions, out=sys.stdout) -> int:
         "pytest_exit": None,
         "interrupted": None,
         "scope": scope,
+        "tool_versions": certificate.tool_versions(),
     }
     run.write_run(meta)
     print(

@@ -77,6 +77,7 @@ def test_passing_run_exits_0_with_the_four_artifacts(tmp_path):
     assert [(c["id"], c["verdict"]) for c in cert["clauses"]] == [("DISC-01", "pass"), ("HP-01", "pass")]
     assert cert["devices"] and all(d["driver"] and d["firmware"] and d["link"] for d in cert["devices"])
     assert cert["versions"]["qemu"] and cert["versions"]["guest_kernel"] and cert["versions"]["protocol"] == 1
+    assert cert["versions"]["hilconform_checkout"] and cert["versions"]["runtime"] == "hilconform-reference"
     suite = ET.parse(run.junit).getroot().find("testsuite")
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("3", "0", "0")
     results = {r["fullName"].split("#")[-1]: r for r in _allure_results(run)}

@@ -117,3 +117,17 @@ def test_the_schema_file_is_valid_json_schema_and_names_the_version():
     schema = certificate.schema()
     jsonschema.Draft202012Validator.check_schema(schema)
     assert schema["properties"]["schema_version"] == {"const": certificate.SCHEMA_VERSION}
+
+
+def test_tool_versions_come_from_the_run_not_from_a_later_rebuild(tmp_path):
+    run = recorded_run(tmp_path)
+    at_run_time = {
+        "hilconform": "0.0.9",
+        "python": "3.11.2",
+        "pytest": "8.0.0",
+        "hilconform_checkout": "abc1234",
+    }
+    update_run(run, tool_versions=at_run_time)
+    versions = build(run)["versions"]
+    assert {k: versions[k] for k in at_run_time} == at_run_time
+    assert versions["qemu"] == "7.2.22"  # the test bed's versions come from the host records
