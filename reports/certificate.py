@@ -230,6 +230,7 @@ def build(run: RunFolder, sensitivity: dict | None = None) -> dict:
             "hotplug_mode": first.get("hotplug_mode"),
             "accel": first.get("accel"),
             "instances": [h["instance"] for h in hosts],
+            "budgets": first.get("budgets", {}),
         },
         "versions": {
             **(meta.get("tool_versions") or tool_versions()),

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from . import allure_files, certificate, html_report
 from .run_folder import RunFolder
+from .verdicts import clause_verdict
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 SUITES = CHECKOUT / "suites"
@@ -124,10 +125,13 @@ def collect_scope(options: CertifyOptions, paths: list[str]) -> dict:
 
 
 class Progress:
-    """Prints one line per finished test from progress.jsonl as pytest writes it."""
+    """Prints one line per finished test from progress.jsonl as pytest writes it, and a clause's verdict
+    once its last test has finished."""
 
-    def __init__(self, run: RunFolder, total: int, out):
+    def __init__(self, run: RunFolder, total: int, out, clauses: dict[str, list[str]] | None = None):
         self.run, self.total, self.out = run, total, out
+        self.pending = {clause: set(nodeids) for clause, nodeids in (clauses or {}).items()}
+        self.outcomes: dict[str, list[str]] = {}
         self.offset = 0
         self.done = 0
         self.buffer = ""
@@ -156,6 +160,18 @@ class Progress:
                 if record["outcome"] in ("failed", "broken", "error") and record.get("message"):
                     first = record["message"].strip().splitlines()[0][:200]
                     print(f"{'':>10}{record['outcome']}: {first}", file=self.out, flush=True)
+                self._clause_done(record)
+
+    def _clause_done(self, record: dict) -> None:
+        clause = record.get("clause")
+        if clause not in self.pending:
+            return
+        self.outcomes.setdefault(clause, []).append(record["outcome"])
+        self.pending[clause].discard(record["nodeid"])
+        if not self.pending[clause]:
+            del self.pending[clause]
+            verdict = clause_verdict(self.outcomes[clause])
+            print(f"{'':>10}=> {clause}: {verdict}", file=self.out, flush=True)
 
 
 def _pytest_argv(options: CertifyOptions, run: RunFolder, targets: list[str]) -> list[str]:
@@ -335,7 +351,7 @@ def certify(options: CertifyOptions, out=sys.stdout) -> int:
         flush=True,
     )
     status, interrupted = _run_pytest(
-        argv, run, Progress(run, len(scope["tests"]), out), options.max_minutes * 60
+        argv, run, Progress(run, len(scope["tests"]), out, scope["clauses"]), options.max_minutes * 60
     )
     meta.update(
         status="interrupted" if interrupted else "finished",

@@ -30,6 +30,7 @@ def test_recorded_passing_run_is_conformant_with_its_figures_devices_and_version
     assert cert["versions"]["qemu"] == "7.2.22" and cert["versions"]["protocol"] == 1
     assert cert["versions"]["runtime"] == "hilconform-reference"
     assert cert["host"]["spec"] == "emulated:a100" and cert["host"]["profile"] == "a100"
+    assert cert["host"]["budgets"]["cold_discovery_ms"] == figure["budget"]
 
 
 def test_a_failed_clause_makes_the_run_nonconformant_even_with_an_infrastructure_error(tmp_path):
