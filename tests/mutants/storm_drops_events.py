@@ -1,13 +1,11 @@
-"""Mutant storm_drops_events, breaks DISC-04: adds close behind another add are lost.
+"""Mutant storm_drops_events, breaks DISC-04: in a storm only the first add is handled.
 
-Plausible bug: a naive debounce. An add that arrives within the batch window of the
-previous add is taken for a duplicate uevent and dropped, so in a storm only the first
-device is discovered.
+Plausible bug: the batch handler takes a batch's first add as "the" hot-plug and the
+other adds of the same batch for echoes of it (udev often sends several events per
+device), so in a storm of adds every device but the first goes undiscovered.
 """
 
 from __future__ import annotations
-
-import time
 
 from hilconform.runtime import service
 
@@ -15,19 +13,23 @@ from .launch import launch
 
 
 def apply() -> None:
-    original = service.Service._on_change
-    last_add_ns = [0]
+    original_change = service.Service._on_change
+    original_batch = service.Service._on_batch
+    batch = {"add_seen": False}  # the watcher thread calls both, one batch at a time
 
-    def on_change_debounced(self, change) -> None:
+    def on_change_first_add_only(self, change) -> None:
         if change.action == "add":
-            now = time.monotonic_ns()
-            recent = now - last_add_ns[0] < self.cfg.batch_window_ms * 1_000_000
-            last_add_ns[0] = now
-            if recent:
-                return  # the bug: "a duplicate of the add we just handled"
-        original(self, change)
+            if batch["add_seen"]:
+                return  # the bug: "an echo of the add this batch already has"
+            batch["add_seen"] = True
+        original_change(self, change)
 
-    service.Service._on_change = on_change_debounced
+    def on_batch_resets(self, changes) -> None:
+        batch["add_seen"] = False
+        original_batch(self, changes)
+
+    service.Service._on_change = on_change_first_add_only
+    service.Service._on_batch = on_batch_resets
 
 
 if __name__ == "__main__":
