@@ -67,6 +67,8 @@ def link_findings(bdf: str, record: dict, minimum) -> list[LinkFinding]:
     def finding(kind: str, text: str) -> LinkFinding:
         return LinkFinding(bdf, kind, table[kind], text)
 
+    if record.get("current_link_speed") is None and record.get("current_link_width") is None:
+        return [finding("not_pcie", f"{bdf}: no PCIe link at all (no current_link_* in sysfs)")]
     if speed is None or not lanes:
         return [finding("not_trained", f"{bdf}: link not trained (speed "
                                        f"{record.get('current_link_speed')!r}, width "

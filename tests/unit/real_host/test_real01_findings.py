@@ -27,6 +27,7 @@ def record(speed: str, width: str, cap_speed: str = "16.0 GT/s PCIe", cap_width:
     (record("16.0 GT/s PCIe", "8"), ["below_minimum_width"], True),
     (record("2.5 GT/s PCIe", "4"), ["below_minimum_generation", "below_minimum_width"], True),
     (record("Unknown", "0"), ["not_trained"], True),
+    ({"current_link_speed": None, "current_link_width": None}, ["not_pcie"], True),
 ])
 def test_each_link_gets_its_findings_and_severity(link, kinds, fails):
     findings = link_findings("0000:17:00.0", link, GEN3_X16)
