@@ -322,7 +322,10 @@ def certify(options: CertifyOptions, out=sys.stdout) -> int:
     print(f"hilconform: certifying {options.host}: collecting {', '.join(paths)}", file=out, flush=True)
     scope = collect_scope(options, paths)
     targets = scope["tests"] if options.clauses else paths
-    run = RunFolder.create(options.out, options.host)
+    try:
+        run = RunFolder.create(options.out, options.host)
+    except OSError as exc:
+        raise CertifyError(f"--out {options.out}: cannot make the run folder there ({exc})") from None
     argv = _pytest_argv(options, run, targets)
     started = time.time()
     meta = {

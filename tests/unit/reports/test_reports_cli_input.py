@@ -32,6 +32,30 @@ def test_bad_certify_input_exits_2_with_a_clear_message_and_no_run_folder(tmp_pa
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_out_folder_that_cannot_be_made_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hilconform.reports",
+            "certify",
+            "--host",
+            "emulated:a100",
+            "--suite",
+            "reset",
+            "--out",
+            str(blocker / "runs"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"--out {blocker / 'runs'}: cannot make the run folder there" in done.stderr
+
+
 def test_help_documents_the_exit_codes():
     done = subprocess.run(
         [sys.executable, "-m", "hilconform.reports", "certify", "--help"],
