@@ -18,7 +18,7 @@ from real_support import failing, gts, link_findings, real_host_only, width
 pytestmark = pytest.mark.clause("REAL-01")
 
 
-def test_negotiated_link_meets_the_model_minimum(host, record_property):
+def test_negotiated_link_meets_the_model_minimum(host, request):
     real_host_only(host)
     truth = host.managed_truth()
     inventory = {d["device"]: d for d in host.settled_inventory()["devices"]}
@@ -34,8 +34,8 @@ def test_negotiated_link_meets_the_model_minimum(host, record_property):
         elif runtime_view != sysfs_view:
             disagreements.append(f"{bdf}: runtime reports {runtime_view[0]} GT/s x{runtime_view[1]}, "
                                  f"sysfs says {sysfs_view[0]} GT/s x{sysfs_view[1]}")
-    record_property("real01_minimum", str(minimum))
-    record_property("real01_findings", json.dumps([f.as_dict() for f in findings]))
+    request.node.user_properties.append(("real01_minimum", str(minimum)))
+    request.node.user_properties.append(("real01_findings", json.dumps([f.as_dict() for f in findings])))
     assert truth, f"profile {host.profile.name} selects no device on the host"
     assert not disagreements, "runtime link differs from sysfs:\n  " + "\n  ".join(disagreements)
     bad = failing(findings)

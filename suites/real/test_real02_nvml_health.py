@@ -19,7 +19,7 @@ from hilconform.fixtures.nvml_health import health_from_nvml, runtime_not_better
 pytestmark = pytest.mark.clause("REAL-02")
 
 
-def test_runtime_health_is_never_better_than_nvml(host, record_property):
+def test_runtime_health_is_never_better_than_nvml(host, request):
     real_host_only(host)
     host.require("nvml")
     nvml = host.nvml_health()
@@ -36,6 +36,6 @@ def test_runtime_health_is_never_better_than_nvml(host, record_property):
                 wrong.append(f"{gpu['bus_id']}: NVML lists it, the runtime does not")
         elif not runtime_not_better(runtime_state, state):
             wrong.append(f"{gpu['bus_id']}: runtime says {runtime_state}, NVML implies {state} ({reasons})")
-    record_property("real02_verdicts", json.dumps(verdicts))
+    request.node.user_properties.append(("real02_verdicts", json.dumps(verdicts)))
     assert nvml["gpus"], "NVML lists no GPU on a host with NVIDIA devices"
     assert not wrong, "runtime health better than NVML's:\n  " + "\n  ".join(wrong)

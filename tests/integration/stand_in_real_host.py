@@ -125,4 +125,6 @@ def run_suites(host: StandInHost | None, *args: str, profile: str = "emulated-gu
 
 
 def outcome(done: subprocess.CompletedProcess) -> str:
-    return f"exit {done.returncode}\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
+    """The run's assertion lines first (the runtime log sections that follow them are long)."""
+    errors = "\n".join(line for line in done.stdout.splitlines() if line.startswith("E  "))[:4000]
+    return f"exit {done.returncode}\n{errors}\n...\n{done.stdout[-4000:]}\n{done.stderr[-3000:]}"

@@ -45,7 +45,8 @@ def passed_tests(junit: Path) -> set[str]:
 def test_read_only_suites_pass_and_change_nothing_on_the_host(stand_in, tmp_path):
     before = host_state(stand_in)
     junit = tmp_path / "junit.xml"
-    done = run_suites(stand_in, "suites", "-m", "not destructive", f"--junitxml={junit}")
+    # `slow` (DISC-03's runtime restarts) is left to lab runs: its budget is load-sensitive under TCG.
+    done = run_suites(stand_in, "suites", "-m", "not destructive and not slow", f"--junitxml={junit}")
     assert done.returncode == 0, outcome(done)
     passed = passed_tests(junit)
     for must_pass in MUST_PASS_READ_ONLY:
