@@ -75,6 +75,8 @@ def test_healthy_queue_drains_without_reset(host_factory, host_spec, measurement
             f"drain of {bdf} reported done {(stall.resume_at_ns - drain['host_ns']) / 1e6:.0f} ms before "
             f"the backend could answer the read in flight (it held the read until then): the queue "
             f"was not drained ({drain})")
+        assert drain.get("polls", 0) > 0, (
+            f"drain of {bdf} reported ok without reading the queue once ({drain})")
         if drain.get("polls", 0) < 2:
             raise AssertionError(f"drain of {bdf} found nothing in flight ({drain}): the read the "
                                  f"backend held for {ANSWER_AFTER_S} s had completed already")
