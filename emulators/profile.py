@@ -18,6 +18,7 @@ from .errors import ProfileError
 from .vfio_user.model import ModelError, load_model
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
+MODEL_HOST_DIR = Path(__file__).with_name("models") / "hosts"  # hosts whose slots hold device models
 HOTPLUG_MODES = ("native", "acpi")
 LINK_SPEEDS = ("2_5", "5", "8", "16")
 LINK_WIDTHS = ("1", "2", "4", "8", "12", "16", "32")
@@ -113,8 +114,15 @@ class HostProfile:
         return HostProfile(**fields)
 
 
+def _profile_paths() -> dict[str, Path]:
+    """Profiles by name: stock-device profiles, then hosts of device models (emulators/models/hosts)."""
+    paths = {p.stem: p for p in MODEL_HOST_DIR.glob("*.toml")}
+    paths.update({p.stem: p for p in PROFILE_DIR.glob("*.toml")})
+    return paths
+
+
 def available_profiles() -> list[str]:
-    return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
+    return sorted(_profile_paths())
 
 
 def load_device_kinds() -> dict[str, DeviceKind]:
@@ -138,7 +146,7 @@ def load_profile(name_or_path: str | Path) -> HostProfile:
     """Load a profile by name (``a100``) or by path to a TOML file."""
     path = Path(name_or_path)
     if path.suffix != ".toml":
-        path = PROFILE_DIR / f"{name_or_path}.toml"
+        path = _profile_paths().get(str(name_or_path), PROFILE_DIR / f"{name_or_path}.toml")
         if not path.exists():
             known = ", ".join(available_profiles())
             raise ProfileError(f"unknown host profile {str(name_or_path)!r} (known: {known})")

@@ -12,6 +12,7 @@ import json
 
 from .profile import HostProfile
 from .qemu_command import RUNTIME_PORT_NAME
+from .vfio_user.model import load_model
 
 GUEST_IDENTITY_STORE = "/run/hilconform/identities.json"
 
@@ -23,11 +24,15 @@ def _toml_value(value) -> str:
 
 def runtime_config_for(profile: HostProfile, overrides: dict | None = None) -> str:
     stand_ins = {profile.kind(s.device if s.populated else s.accepts) for s in profile.slots}
-    firmware = {}
+    firmware, expected = {}, {}
     for slot in profile.slots:
         kind = profile.kind(slot.device if slot.populated else slot.accepts)
-        if slot.firmware_version:
+        if kind.model:  # a model reports its firmware register: expect the slot's or the model's own
+            version = slot.firmware_version or str(load_model(kind.model).firmware)
+            expected.setdefault(f"{kind.vendor}:{kind.device}", version)
+        elif slot.firmware_version:
             firmware.setdefault(f"{kind.vendor}:{kind.device}", slot.firmware_version)
+    models = sorted(f"{k.vendor}:{k.device}" for k in stand_ins if k.model)
     top = {
         "name": "hilconform-reference",
         "transport": f"virtio-serial:/dev/virtio-ports/{RUNTIME_PORT_NAME}",
@@ -43,8 +48,11 @@ def runtime_config_for(profile: HostProfile, overrides: dict | None = None) -> s
               f"classes = {_toml_value(list(profile.select_classes))}",
               f"ids = {_toml_value(list(profile.select_ids))}"]
     lines += ["", "[firmware]"]
-    lines += [f"{_toml_value(ids)} = {_toml_value(version)}" for ids, version in firmware.items()]
+    expected.update(firmware)
+    lines += [f"{_toml_value(ids)} = {_toml_value(version)}" for ids, version in expected.items()]
     driverless = sorted(f"{k.vendor}:{k.device}" for k in stand_ins if k.queue == "none")
     reported = ", ".join(f"{_toml_value(i)} = {_toml_value(v)}" for i, v in firmware.items())
     lines += ["", "[hooks]", f"firmware = {{ {reported} }}", f"driverless = {_toml_value(driverless)}"]
+    if models:
+        lines.append(f"models = {_toml_value(models)}")
     return "\n".join(lines) + "\n"

@@ -148,8 +148,10 @@ def _check(data: dict, path: str) -> None:
             raise ConfigError(path, "hooks.firmware", 'must be a table of "vvvv:dddd" = "version"')
         elif key == "driverless" and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise ConfigError(path, "hooks.driverless", 'must be a list of "vvvv:dddd"')
-        elif key not in ("firmware", "driverless"):
-            raise ConfigError(path, f"hooks.{key}", "unknown key (known: firmware, driverless)")
+        elif key == "models" and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise ConfigError(path, "hooks.models", 'must be a list of "vvvv:dddd"')
+        elif key not in ("firmware", "driverless", "models"):
+            raise ConfigError(path, f"hooks.{key}", "unknown key (known: firmware, driverless, models)")
     for key in ("classes", "ids"):
         values = data["selector"][key]
         if not all(isinstance(v, str) for v in values):

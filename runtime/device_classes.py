@@ -8,12 +8,26 @@ Why: hot-add and hot-remove are generic procedures; what "queue drained",
 
 from __future__ import annotations
 
+import os
+import tomllib
+
 from .inventory import DeviceInfo
 from .sysfs import PCI_DEVICES, Sysfs
 
 # QEMU's edu and pci-testdev have no Linux driver: nothing binds, which is fine.
 DRIVERLESS_IDS = frozenset({"1234:11e8", "1b36:0005"})
-_CONFIG_KEYS = ("firmware", "driverless")
+_CONFIG_KEYS = ("firmware", "driverless", "models")
+MODEL_REGISTERS_PATH = os.path.join(os.path.dirname(__file__), "model_registers.toml")
+ALL_ONES = 0xFFFFFFFF
+
+
+class DeviceUnreachable(OSError):
+    """The device's registers read all ones: it fell off the bus (or lost its configuration)."""
+
+
+def load_model_registers(path: str = MODEL_REGISTERS_PATH) -> dict[str, int]:
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)
 
 
 class ClassHooks:
@@ -99,13 +113,69 @@ class NvidiaGpuHooks(ClassHooks):
         return None
 
 
+class ModelHooks(ClassHooks):
+    """A hilconform device model (vfio-user): its BAR0 register file read through sysfs ``resource0``.
+
+    That mapping is the user-space driver path real accelerator stacks use. queue = the
+    in-flight counter, firmware = the version register; all ones means the device fell
+    off the bus (DeviceUnreachable), never a huge queue or a version.
+    """
+
+    name = "model"
+    registers = load_model_registers()
+
+    def __init__(self, firmware_override: str | None = None, requires_driver: bool = False):
+        super().__init__(firmware_override, requires_driver)
+
+    def read_register(self, sysfs: Sysfs, bdf: str, name: str) -> int | None:
+        """One 32-bit register; None when resource0 cannot be read (no BAR, no rights, gone)."""
+        if sysfs.attr(bdf, "enable") == "0":  # no driver enabled memory decoding: do it as vfio would
+            try:
+                sysfs.write_attr(bdf, "enable", "1")
+            except OSError:
+                pass
+        data = sysfs.read_mmio(bdf, 0, self.registers[name], 4)
+        if data is None:
+            return None
+        value = int.from_bytes(data, "little")
+        if value == ALL_ONES:
+            raise DeviceUnreachable(f"{bdf}: BAR0 register {name} reads all ones (fell off the bus?)")
+        return value
+
+    def _checked(self, sysfs: Sysfs, bdf: str, name: str) -> int | None:
+        magic = self.read_register(sysfs, bdf, "magic")
+        if magic is None:
+            return None
+        if magic != self.registers["magic_value"]:
+            raise DeviceUnreachable(f"{bdf}: BAR0 magic reads {magic:#010x}, not a device model's")
+        return self.read_register(sysfs, bdf, name)
+
+    def queue_depth(self, sysfs: Sysfs, bdf: str) -> int | None:
+        """The in-flight counter; raises DeviceUnreachable (all ones), OSError if unreadable."""
+        depth = self._checked(sysfs, bdf, "queue_in_flight")
+        if depth is None:
+            raise OSError(f"{bdf}: resource0 unreadable: no queue probe")
+        return depth
+
+    def _read_firmware(self, sysfs: Sysfs, bdf: str) -> str | None:
+        try:
+            value = self._checked(sysfs, bdf, "firmware_version")
+        except OSError:
+            return None
+        if value is None:
+            return None
+        return f"{value >> 16}.{value >> 8 & 0xFF}.{value & 0xFF}"  # major is 16 bits
+
+
 def hooks_for(info: DeviceInfo, config: dict | None = None) -> ClassHooks:
     """Hooks for a device, chosen by class code, then vendor, then bound driver.
 
     ``config`` is the runtime TOML's class table, e.g.
-    {"firmware": {"1b36:0010": "1.0"}, "driverless": ["1234:11e8"]}: devices
-    with those IDs report that firmware version (emulated devices report what
-    their host profile says) / need no driver. Unknown keys raise ValueError.
+    {"firmware": {"1b36:0010": "1.0"}, "driverless": ["1234:11e8"], "models": ["10de:20b0"]}:
+    devices with those IDs report that firmware version (emulated devices report
+    what their host profile says) / need no driver / are device models (ModelHooks,
+    chosen first: their firmware is the register's, never an override). Unknown
+    keys raise ValueError.
     """
     config = config or {}
     for key in config:
@@ -115,6 +185,9 @@ def hooks_for(info: DeviceInfo, config: dict | None = None) -> ClassHooks:
     if not isinstance(firmware, dict):
         raise ValueError("device classes 'firmware' must be a table of 'vvvv:dddd' = 'version'")
     driverless = DRIVERLESS_IDS | {str(i).lower() for i in config.get("driverless", [])}
+    models = {str(i).lower() for i in config.get("models", [])}
+    if info.ids in models:  # no Linux driver binds a model: its registers are read directly
+        return ModelHooks(firmware_override=None, requires_driver=False)
     override = firmware.get(info.ids)
     kwargs = {
         "firmware_override": None if override is None else str(override),

@@ -413,7 +413,15 @@ def drain(hooks: ClassHooks, sysfs: Sysfs, bdf: str, timeout_s: float, poll_s: f
     deadline = start + timeout_s
     polls, depth = 0, None
     while True:
-        depth = hooks.queue_depth(sysfs, bdf)
+        try:
+            depth = hooks.queue_depth(sysfs, bdf)
+        except OSError as exc:  # a probe that cannot read its queue (all ones: fell off the bus)
+            return {
+                "status": "unreadable",
+                "error": str(exc),
+                "polls": polls + 1,
+                "elapsed_ms": round((time.monotonic() - start) * 1000, 3),
+            }
         polls += 1
         elapsed_ms = round((time.monotonic() - start) * 1000, 3)
         if depth is None:
@@ -519,8 +527,9 @@ def hot_remove(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> dic
     status = result.pop("status")
     host.step(run, "drain", status, **result)
     summary["drain"] = {"status": status, **result}
-    if status == "timeout" and not host.is_gone(bdf):
-        summary["reset"] = forced_reset(host, run, source="drain_timeout")
+    if status in ("timeout", "unreadable") and not host.is_gone(bdf):  # queue not known empty
+        source = "drain_timeout" if status == "timeout" else "drain_unreadable"
+        summary["reset"] = forced_reset(host, run, source=source)
     if cfg.bus_master_off == "after_drain" and not host.is_gone(bdf):
         bus_master(False, when="after_drain")
 
