@@ -28,23 +28,26 @@ from collections.abc import Callable
 
 from ..errors import FaultError
 from .aer import CORRECTABLE_ERRORS, FATAL_ERRORS, NONFATAL_ERRORS, AerFaults
-from .base import ALL_CAPABILITIES, QUEUE_CAPABILITIES, FaultRecord, Target
+from .base import ALL_CAPABILITIES, MODEL_CAPABILITIES, QUEUE_CAPABILITIES, FaultRecord, Target
 from .config import ConfigFaults
 from .hotplug import HotplugFaults
+from .model import ModelFaults
 from .queue import QueueFaults, QueueStall
 
 __all__ = [
-    "ALL_CAPABILITIES", "CORRECTABLE_ERRORS", "FATAL_ERRORS", "NONFATAL_ERRORS",
+    "ALL_CAPABILITIES", "CORRECTABLE_ERRORS", "FATAL_ERRORS", "MODEL_CAPABILITIES", "NONFATAL_ERRORS",
     "QUEUE_CAPABILITIES", "FaultError", "FaultInjector", "FaultRecord", "QueueStall", "Target",
 ]
 
 
-class FaultInjector(HotplugFaults, AerFaults, QueueFaults, ConfigFaults):
+class FaultInjector(HotplugFaults, AerFaults, ModelFaults, QueueFaults, ConfigFaults):
     """The faults an emulated host can suffer, each verified to have taken effect.
 
     Use as a context manager (or call restore_all()) to undo the faults still in
     effect: stalls resumed, throttles lifted, I/O errors cleared, lost
-    configuration restored. Hot-adds and removals stay.
+    configuration restored, models back on the bus with their own firmware and link.
+    Hot-adds and removals stay. Queue methods on a model slot use the model's knobs
+    (ModelFaults, before QueueFaults in the MRO); stock slots get the nvme/NBD ones.
     """
 
     def __enter__(self) -> FaultInjector:
@@ -63,7 +66,7 @@ class FaultInjector(HotplugFaults, AerFaults, QueueFaults, ConfigFaults):
             *((self.restore_queue_speed, s) for s in sorted(self._slowed)),
             *((self.restore_config, s) for s in sorted(self._lost_config)),
         ]
-        problems = []
+        problems = self.restore_model_faults()
         for action, slot in undo:
             try:
                 action(slot)

@@ -15,9 +15,12 @@ from ..profile import DeviceKind, Slot
 from ..workload import Workload
 
 QUEUE_CAPABILITIES = frozenset({"queue-stall", "queue-slow", "io-errors"})
+MODEL_CAPABILITIES = frozenset({  # a device model's queue has no I/O errors; only models fall off etc.
+    "queue-stall", "queue-slow", "fell-off-bus", "firmware-mismatch", "link-degraded",
+})
 ALL_CAPABILITIES = frozenset({
     "hotplug", "orderly-removal", "surprise-removal", "aer-nonfatal", "aer-fatal",
-    *QUEUE_CAPABILITIES, "config-loss",
+    *QUEUE_CAPABILITIES, *MODEL_CAPABILITIES, "config-loss",
 })
 POLL_S = 0.05
 
@@ -66,6 +69,9 @@ class FaultsBase:
         self._slowed: set[str] = set()
         self._erroring: set[str] = set()
         self._lost_config: dict[str, dict[str, int]] = {}  # slot -> config before the loss
+        self._fallen: set[str] = set()  # model slots whose device fell off the bus
+        self._firmware: set[str] = set()  # model slots reporting another firmware version
+        self._degraded: set[str] = set()  # model slots whose link trained below capability
 
     # -- capabilities -------------------------------------------------------------------------
     @property
@@ -81,7 +87,8 @@ class FaultsBase:
 
         Removal without warning needs an ACPI hot-plug host: QEMU 7.2 has no
         surprise removal under native pciehp (docs/faults.md). Queue faults need
-        a stand-in whose queue is an NBD export (nvme), not edu.
+        a stand-in whose queue is an NBD export (nvme), not edu, or a device model
+        (its own knobs: docs/device-models.md).
         """
         slot = self._slot("capabilities", slot_name)
         caps = {"hotplug", "aer-nonfatal", "aer-fatal", "config-loss"}
@@ -89,6 +96,8 @@ class FaultsBase:
         kind = self.vm.profile.kind(slot.device if slot.populated else slot.accepts)
         if kind.queue == "nbd":
             caps |= QUEUE_CAPABILITIES
+        elif kind.model:
+            caps |= MODEL_CAPABILITIES
         return frozenset(caps)
 
     def require(self, capability: str, slot_name: str | None = None) -> None:

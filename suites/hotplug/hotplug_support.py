@@ -56,7 +56,7 @@ def queue_slot(host):
 
 def skip_without_queue_slot(profile) -> None:
     """Skip before a VM is started when no populated slot's stand-in has a command queue."""
-    if not any(s.populated and profile.kind(s.device).queue == "nbd" for s in profile.slots):
+    if not any(s.populated and profile.kind(s.device).queue in ("nbd", "model") for s in profile.slots):
         pytest.skip(f"profile {profile.name} has no populated slot with a command queue")
 
 

@@ -54,8 +54,8 @@ def test_surprise_removal_revokes_and_keeps_serving(host_factory):
     bdf = slot_bdf(host, slot.name)
     wait_settled(host, bdf)
     lease = allocate(runtime, bdf, "hp04-holder")
-    if "queue-stall" in host.faults.slot_capabilities(slot.name):
-        host.workload.start_reads(slot.name)  # work in flight when it goes (queue stand-ins)
+    if host.profile.kind(slot.device).queue == "nbd":
+        host.workload.start_reads(slot.name)  # work in flight when it goes (nvme stand-ins)
 
     device_id = slot_device(host.vm, slot.name).qdev_id
     mark = subscribe(runtime)
