@@ -42,6 +42,12 @@ def hot_add(vm, slot_name: str, kind_name: str | None = None,
     """device_add a stand-in into an empty slot; check QEMU shows it below the port."""
     slot = vm.profile.slot(slot_name)
     kind = vm.profile.kind(kind_name or slot.accepts)
+    if kind.model:  # a device model: its vfio-user server must listen before device_add
+        from .vfio_user.hot_add import hot_add_model  # (it imports this module)
+        if kind.name != slot.accepts:
+            raise FaultError(f"hot-add: slot {slot_name} accepts {slot.accepts}; a model is served "
+                             f"only where the profile puts it (not {kind.name})")
+        return hot_add_model(vm, slot_name, device_id)
     functions = query_pci(vm.qmp)
     bdf = function_below(functions, slot.port_id)
     if bdf is None:

@@ -7,6 +7,7 @@ import time
 from ..errors import FaultError, QmpError, WaitTimeout
 from ..hotplug import hot_add as qemu_hot_add
 from ..pci_inventory import query_pci
+from ..vfio_user.hot_add import release_model
 from .base import FaultRecord, FaultsBase
 
 HOT_ADD_TIMEOUT_S = 20.0
@@ -76,5 +77,7 @@ class HotplugFaults(FaultsBase):
         if any(f.qdev_id == device_id for f in query_pci(self.vm.qmp)):
             raise FaultError(f"{fault} at {name}: DEVICE_DELETED came but QEMU still lists "
                              f"{device_id}")
+        if target.kind is not None and target.kind.model:
+            release_model(self.vm, target.name)  # the model's server goes with the device
         return FaultRecord(fault, target.name, device_id, requested_ns, injected_ns,
                            event["host_ns"], {"bdf": target.device.bdf, "hotplug_mode": mode})
