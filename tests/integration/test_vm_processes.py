@@ -16,7 +16,7 @@ from hilconform.emulators.profile import load_profile
 from hilconform.emulators.vm import EmulatedVM
 
 OWNER_SCRIPT = """
-import json, sys, time
+import faulthandler, json, sys, time
 from hilconform.emulators.profile import load_profile
 from hilconform.emulators.vm import EmulatedVM
 vm = EmulatedVM(load_profile("t4")).start()
@@ -24,6 +24,7 @@ print(json.dumps({"pids": vm.pids, "folder": str(vm.layout.folder)}), flush=True
 try:
     time.sleep(600)
 except KeyboardInterrupt:
+    faulthandler.dump_traceback_later(20)  # a stop that hangs says where (stderr)
     sys.exit(130)
 """
 
@@ -58,14 +59,19 @@ def test_stop_ends_every_process_and_removes_the_folder():
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])
 def test_owner_death_ends_every_process(how):
     owner = subprocess.Popen([sys.executable, "-c", OWNER_SCRIPT], stdout=subprocess.PIPE,
-                             text=True)
+                             stderr=subprocess.PIPE, text=True)
     try:
         line = owner.stdout.readline()
         assert line, "the owner process did not start its VM"
         started = json.loads(line)
         assert all(_alive(p) for p in started["pids"])
         owner.send_signal(how)
-        owner.wait(timeout=30)
+        try:
+            owner.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            owner.kill()
+            _out, err = owner.communicate(timeout=10)
+            pytest.fail(f"the owner did not exit within 30 s of {how.name}; its stderr:\n{err[-6000:]}")
         assert _wait_gone(started["pids"], 15) == [], f"survivors after {how.name}"
         if how == signal.SIGINT:
             assert not Path(started["folder"]).exists()
