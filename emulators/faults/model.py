@@ -155,8 +155,8 @@ class ModelFaults(FaultsBase):
                             {"in_flight": after["queue_in_flight"]})
 
     def slow_queue(self, target: str, iops: int = 1, timeout_s: float = 20.0) -> FaultRecord:
-        """Model: each command takes 1/iops s; verified by one command from the guest staying in
-        flight for at least half that."""
+        """Model: each command takes 1/iops s; verified by two commands from the guest not being
+        done before 2/iops s have passed."""
         resolved = self._model_target("queue-slow", target)
         if resolved is None:
             return super().slow_queue(target, iops, timeout_s)
@@ -172,12 +172,16 @@ class ModelFaults(FaultsBase):
         self._slowed.add(resolved.name)
         details = {"iops": iops, "model": resolved.kind.model}
         regs = register_map()
-        self._guest_bar(fault, resolved, "write", hex(regs["queue_doorbell"]), "0x1")
+        started = time.monotonic()
+        self._guest_bar(fault, resolved, "write", hex(regs["queue_doorbell"]), "0x2")
         seen = self.model_registers(fault, resolved, "queue_in_flight")
-        if 1.0 / iops >= 2.0 and seen["queue_in_flight"] == 0:  # long enough to see from the guest
+        elapsed = time.monotonic() - started
+        if seen["queue_in_flight"] == 0 and elapsed < 2.0 / iops:
             self.restore_queue_speed(resolved.name)
-            raise FaultError(f"{fault} at {target}: a command at {iops} iops completed at once")
+            raise FaultError(f"{fault} at {target}: two commands at {iops} iops were done after "
+                             f"{elapsed:.2f} s (expected {2.0 / iops:.2f} s)")
         details["in_flight_after_submit"] = seen["queue_in_flight"]
+        details["checked_after_s"] = round(elapsed, 3)
         return self._record(fault, resolved, requested_ns, injected_ns, details)
 
     def restore_queue_speed(self, target: str) -> FaultRecord:

@@ -1,0 +1,78 @@
+"""The FaultInjector on a model host: each model knob through the injector, verified in the guest,
+undone by restore_all(); a stock-only fault refused on a model slot. One VM (a100-models)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from hilconform.emulators.errors import FaultError
+from hilconform.emulators.faults import FaultInjector
+from hilconform.emulators.profile import load_profile
+from hilconform.emulators.vm import EmulatedVM
+
+
+@pytest.fixture(scope="module")
+def vm():
+    machine = EmulatedVM(load_profile("a100-models")).start()
+    yield machine
+    machine.stop()
+
+
+@pytest.fixture
+def faults(vm):
+    vm.check_alive()
+    injector = FaultInjector(vm)
+    yield injector
+    injector.restore_all()
+
+
+def test_stall_is_verified_in_the_guest_and_resumes(vm, faults):
+    stall = faults.stall_queue("gpu0")
+    assert stall.record.details["in_flight"] > 0
+    registers = faults.model_registers("check", faults._resolve("check", "gpu0"),
+                                       "queue_in_flight", "queue_head")
+    time.sleep(0.3)
+    again = faults.model_registers("check", faults._resolve("check", "gpu0"), "queue_head")
+    assert again["queue_head"] == registers["queue_head"], "a stuck queue completed work"
+    resumed = faults.resume_queue("gpu0")
+    assert resumed.details["in_flight"] == 0
+
+
+def test_stall_resumes_on_its_timer_without_qemu_freezing(vm, faults):
+    stall = faults.stall_queue("gpu1", resume_after_s=0.5)
+    vm.qmp.execute("query-status")  # QMP answers while the model is stuck
+    stall.wait_resumed(5.0)
+    assert not vm.models.device("gpu1").queue.stuck
+
+
+def test_slow_queue_then_restore(vm, faults):
+    record = faults.slow_queue("gpu0", iops=1)
+    assert record.details["in_flight_after_submit"] > 0 or record.details["checked_after_s"] >= 2.0
+    faults.restore_queue_speed("gpu0")
+    assert vm.models.device("gpu0").queue.service_s == pytest.approx(200e-6)
+
+
+def test_fell_off_bus_reads_all_ones_and_comes_back(vm, faults):
+    record = faults.fall_off_bus("gpu1")
+    assert record.details["magic"] == "0xffffffff"
+    faults.restore_all()
+    target = faults._resolve("check", "gpu1")
+    assert faults.model_registers("check", target, "magic")["magic"] == 0x43494C48
+
+
+def test_firmware_mismatch_and_link_degraded_are_seen_by_the_guest(vm, faults):
+    faults.mismatch_firmware("gpu0", "1.2.3")
+    target = faults._resolve("check", "gpu0")
+    assert faults.model_registers("check", target, "firmware_version")["firmware_version"] == 0x010203
+    link = faults.degrade_link("gpu0", "8", 8)
+    assert "Width x8" in link.details["lnksta"]
+    faults.restore_all()
+    assert faults.model_registers("check", target, "firmware_version")["firmware_version"] != 0x010203
+
+
+def test_stock_only_faults_are_refused_on_a_model_slot(vm, faults):
+    with pytest.raises(FaultError, match="io-errors at gpu0"):
+        faults.inject_io_errors("gpu0")
+    faults.require("fell-off-bus", "gpu0")
