@@ -106,6 +106,20 @@ def _quiet(record: dict) -> bool:
             and not record.get("aer", {}).get("recovering"))
 
 
+def free_devices(host, runtime, needed: int) -> list[str]:
+    """Pool devices without a lease; skips (with why) a host that manages fewer than `needed`.
+
+    A host with too few devices cannot run the check (a one-GPU lab machine); a host with
+    enough devices of which too few are free is a finding, left to the caller's assert.
+    """
+    import pytest
+
+    devices = settled_inventory(runtime)["devices"]
+    if len(devices) < needed:
+        pytest.skip(f"host {host.description} manages {len(devices)} device(s); this check needs {needed}")
+    return [d["device"] for d in devices if d["in_pool"] and d["lease"] is None]
+
+
 def settled_inventory(runtime, timeout_s: float = SETTLE_TIMEOUT_S) -> dict:
     """The inventory once cold discovery ended and no device is in a self-check or procedure."""
     def probe():

@@ -30,6 +30,7 @@ from lifecycle_support import (
     firmware_mismatch,
     flush,
     foreign_kind,
+    free_devices,
     health_moves,
     inject_nonfatal,
     kind_ids,
@@ -125,7 +126,7 @@ def _race(runtime, requests: list[dict]) -> list[dict | RuntimeCallError]:
 def test_racing_holders_never_share_a_device(host):
     runtime = host.runtime
     _, mark = subscribe_live(runtime)
-    free = _free_devices(runtime)
+    free = free_devices(host, runtime, needed=2)
     assert len(free) >= 2, f"need two free devices on the shared host, have {free}"
     ledger = LeaseLedger()
     granted: list[str] = []

@@ -24,9 +24,9 @@ import pytest
 from lifecycle_support import (
     allocate,
     flush,
+    free_devices,
     health_moves,
     refused,
-    settled_inventory,
     subscribe_live,
     wait_state,
 )
@@ -49,7 +49,7 @@ def test_unrenewed_lease_expires_at_its_ttl_and_a_renewed_one_is_kept(host, meas
         assert ttl_s == budgets["lease_ttl_s"], (
             f"the runtime reports lease_ttl_s {ttl_s}, the profile configured {budgets['lease_ttl_s']}")
     tolerance_ms = budgets.get("lease_expiry_tolerance_ms", DEFAULT_TOLERANCE_MS)
-    free = [d["device"] for d in settled_inventory(runtime)["devices"] if d["in_pool"] and d["lease"] is None]
+    free = free_devices(host, runtime, needed=2)
     assert len(free) >= 2, f"need two free devices on the shared host, have {free}"
     expiring_devices, kept_device = free[:-1][:EXPIRING_LEASES], free[-1]
 
