@@ -47,6 +47,7 @@ def ready_device(host, bdf: str) -> dict:
     assert record["state"] == "HEALTHY", (
         f"precondition: {bdf} should start HEALTHY, runtime says {record['state']} "
         f"(cause {record['last_cause']})")
+
     return record
 
 
@@ -137,3 +138,11 @@ def settle_state(runtime, bdf: str, timeout_s: float = EVENT_TIMEOUT_S) -> dict:
             return last
         time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))  # bounded by the deadline
     raise AssertionError(f"health_poll of {bdf} kept being skipped for {timeout_s:.0f}s: {last}")
+
+
+def require_kernel_recovery(record: dict) -> None:
+    """Skip when no driver is bound (e.g. a device model): the kernel cannot recover the device
+    from a non-fatal error (FAILED_RECOVERY at once, no BEGIN_RECOVERY)."""
+    if record["info"].get("driver") is None:
+        pytest.skip(f"{record['device']} has no driver bound: the kernel cannot recover it from a "
+                    "non-fatal AER error, so recovered-error policies do not apply")

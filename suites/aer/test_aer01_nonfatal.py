@@ -16,6 +16,7 @@ from aer_support import (
     health_transitions,
     populated_slots,
     ready_device,
+    require_kernel_recovery,
     resets_of,
     settle_state,
     slot_bdf,
@@ -32,6 +33,7 @@ def test_aer01_nonfatal_error_counted_recovered_state_per_policy(host, measureme
     bdf = slot_bdf(host, slot)
     runtime = host.runtime
     before = ready_device(host, bdf)
+    require_kernel_recovery(before)
     policy = aer_policy(runtime)
     mark = subscribe(runtime)
 

@@ -30,6 +30,7 @@ from aer_support import (
     errors_to_reset,
     populated_slots,
     ready_device,
+    require_kernel_recovery,
     reset_runs,
     resets_of,
     slot_bdf,
@@ -64,8 +65,8 @@ def test_aer03_burst_does_not_reset_sustained_rate_does(host, measurements):
         f"rate of {SUSTAINED_MAX} errors must reset")
     burst_slot, rate_slot = slots[0], slots[1]
     burst_bdf, rate_bdf = slot_bdf(host, burst_slot), slot_bdf(host, rate_slot)
-    ready_device(host, burst_bdf)
-    ready_device(host, rate_bdf)
+    require_kernel_recovery(ready_device(host, burst_bdf))
+    require_kernel_recovery(ready_device(host, rate_bdf))
 
     # -- a short burst: no reset --------------------------------------------------------------
     mark = subscribe(runtime)

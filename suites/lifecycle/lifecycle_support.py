@@ -245,9 +245,16 @@ def foreign_kind(profile: HostProfile) -> DeviceKind | None:
     device is: a firmware rule on its IDs fails a hot-added device and no other."""
     for name in sorted(profile.kinds):
         kind = profile.kinds[name]
-        if kind.queue == "none" and kind_ids(kind) not in boot_ids(profile):
+        if kind.queue == "none" and kind_ids(kind) not in boot_ids(profile) and selects(profile, kind):
             return kind
     return None
+
+
+def selects(profile: HostProfile, kind: DeviceKind) -> bool:
+    """Whether the profile's runtime selection manages devices of this kind (by IDs or class)."""
+    ids = {i.lower() for i in profile.select_ids}
+    return (kind_ids(kind) in ids or f"{kind.vendor}:*" in ids
+            or any(kind.class_code.lower().startswith(c.lower()[:4]) for c in profile.select_classes))
 
 
 def firmware_mismatch(ids: str) -> dict:
