@@ -16,7 +16,10 @@ from hilconform.emulators.profile import load_profile
 from hilconform.emulators.vm import EmulatedVM
 
 OWNER_SCRIPT = """
-import faulthandler, json, sys, time
+import faulthandler, json, signal, sys, time
+# A shell that starts a job in the background (`cmd &`, nohup) makes it ignore SIGINT, and Python
+# keeps an inherited SIG_IGN: give the owner the Ctrl-C behaviour a terminal user's process has.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from hilconform.emulators.profile import load_profile
 from hilconform.emulators.vm import EmulatedVM
 vm = EmulatedVM(load_profile("t4")).start()
