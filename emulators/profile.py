@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ProfileError
+from .toml_file import read_toml
 from .vfio_user.model import ModelError, load_model
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
@@ -150,12 +151,7 @@ def load_profile(name_or_path: str | Path) -> HostProfile:
         if not path.exists():
             known = ", ".join(available_profiles())
             raise ProfileError(f"unknown host profile {str(name_or_path)!r} (known: {known})")
-    try:
-        table = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise ProfileError(f"cannot read host profile {path}: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ProfileError(f"{path}: not valid TOML: {exc}") from None
+    table = read_toml(path, ProfileError, "host profile")
     return _ProfileReader(path, table).read()
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InfrastructureError
+from ..toml_file import read_toml
 
 MODEL_DIR = Path(__file__).resolve().parent.parent / "models"
 BAR_KINDS = ("mem32", "mem64")
@@ -151,12 +152,7 @@ def load_model(name_or_path: str | Path) -> DeviceModel:
         if not path.exists():
             known = ", ".join(available_models())
             raise ModelError(f"unknown device model {str(name_or_path)!r} (known: {known})")
-    try:
-        table = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise ModelError(f"cannot read device model {path}: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ModelError(f"{path}: not valid TOML: {exc}") from None
+    table = read_toml(path, ModelError, "device model")
     return _ModelReader(path, table).read()
 
 
