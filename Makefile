@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 HOST ?= emulated:a100
-MODEL_HOST ?= emulated:a100-models
+STOCK_HOST ?= emulated:a100-stock
 PYTEST_ARGS ?=
 CERTIFY_ARGS ?=
 
@@ -21,11 +21,11 @@ TEST_PACKAGES := chromium
 # `hilconform certify` (reports/cli.py): progress per test, then the verdict and the run folder
 # reports/<run-id>/ (junit.xml, allure-results/, certificate.json, report.html). Exit 0/1/2: see README.
 # CERTIFY_ARGS: e.g. --suite discovery --clause DISC-02; PYTEST_ARGS go to pytest (after --).
-# Both device kinds: the stock-device host ($(HOST)) and the vfio-user model host ($(MODEL_HOST);
-# set MODEL_HOST= to skip it). One run folder each; the exit code is the worst verdict
-# (1 a clause failed wins over 2 incomplete, as within one run).
+# Both device kinds: the device-model host ($(HOST): vfio-user models with the real cards' IDs) and its
+# stock-device variant ($(STOCK_HOST): nvme stand-ins; set STOCK_HOST= to skip it). One run folder each;
+# the exit code is the worst verdict (1 a clause failed wins over 2 incomplete, as within one run).
 certify: setup venv image qemu-prefix
-	@worst=0; for h in $(HOST) $(MODEL_HOST); do \
+	@worst=0; for h in $(HOST) $(STOCK_HOST); do \
 		echo "hilconform: certifying $$h: every DISC/LIFE/HP/AER/RST clause (docs/spec.md)"; \
 		$(VENV)/bin/hilconform certify --host $$h $(CERTIFY_ARGS) $(if $(strip $(PYTEST_ARGS)),-- $(PYTEST_ARGS)); \
 		rc=$$?; if [ $$rc = 1 ] || { [ $$rc != 0 ] && [ $$worst = 0 ]; }; then worst=$$rc; fi; \
@@ -33,14 +33,15 @@ certify: setup venv image qemu-prefix
 
 test: setup setup-test venv image qemu-prefix
 	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
-	$(if $(strip $(MODEL_HOST)),$(PY) -m pytest suites -n 2 --host $(MODEL_HOST) $(PYTEST_ARGS))
+	$(if $(strip $(STOCK_HOST)),$(PY) -m pytest suites -n 2 --host $(STOCK_HOST) $(PYTEST_ARGS))
 
 # Suite sensitivity (issue 6, docs/sensitivity.md): every mutant runtime of tests/mutants/ against the
 # tests that must catch it, and the reference runtime on the same selection. Writes
 # $(SELF_CHECK_OUT)/sensitivity.{md,json}; exit 0 all killed, 1 a survivor or the reference failed, 2 broken.
 SELF_CHECK_OUT ?= reports/self-check
+SELF_CHECK_HOST ?= emulated:a100-stock
 self-check: setup venv image
-	$(PY) tests/sensitivity/run_sensitivity.py --full --host $(HOST) --out $(SELF_CHECK_OUT)
+	$(PY) tests/sensitivity/run_sensitivity.py --full --host $(SELF_CHECK_HOST) --out $(SELF_CHECK_OUT)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

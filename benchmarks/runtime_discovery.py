@@ -56,7 +56,7 @@ def udev_add_times(host: EmulatedHost) -> dict[str, list[float]]:
 
 
 def measure_hot_adds(adds: int, mode: str) -> None:
-    host = start_host("a100", mode)
+    host = start_host("a100-stock", mode)
     try:
         runtime = host.runtime
         runtime.call("subscribe", {})
@@ -99,7 +99,7 @@ def measure_hot_adds(adds: int, mode: str) -> None:
 def measure_cold_discovery(boots: int) -> None:
     durations, rss = [], []
     for _ in range(boots):
-        host = start_host("a100")
+        host = start_host("a100-stock")
         try:
             runtime = host.runtime
             mark = runtime.mark()

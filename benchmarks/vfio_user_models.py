@@ -7,7 +7,7 @@
     (QEMU-emulated MMIO), each as N runs of COUNT loads (ns per load; the guest's Python loop
     under TCG is part of every figure, the memfd BAR shows how much)
   * QEMU start -> guest ready: the stock a100 host on the system QEMU, the same host on the
-    vfio-user QEMU, and the a100-models host (two A100 models) on the vfio-user QEMU
+    vfio-user QEMU, and the a100 host (two A100 models) on the vfio-user QEMU
 
 Every figure: median, min, max and n. Usage:
   benchmarks/vfio_user_models.py [--runs 20] [--boots 20] [--count 200] [--skip-boot]
@@ -26,14 +26,14 @@ from hilconform.emulators.toolchain import qemu_binary, qemu_version, vfio_user_
 from hilconform.emulators.vfio_user import guest_bar
 from hilconform.emulators.vfio_user.client import VfioUserClient
 from hilconform.emulators.vfio_user.device import ModelDevice
-from hilconform.emulators.vfio_user.model import MODEL_DIR, load_model
+from hilconform.emulators.vfio_user.model import load_model
 from hilconform.emulators.vfio_user.registers import register_map
 from hilconform.emulators.vfio_user.server import ModelServer
 from hilconform.emulators.vm import EmulatedVM
 
 R = register_map()
 GUEST_BAR = Path(guest_bar.__file__).read_bytes()
-MODEL_HOST = MODEL_DIR / "hosts" / "a100-models.toml"
+MODEL_HOST = "a100"
 NVME_CSTS = 0x1C
 
 
@@ -108,7 +108,7 @@ def main() -> None:
               f"{spread(guest_loads(vm, bdf, R['scratch'], 0, args.runs, args.count), 'µs')}")
         print(f"  guest load, model BAR1 memfd-mapped (µs):   "
               f"{spread(guest_loads(vm, bdf, 0, 1, args.runs, args.count), 'µs')}")
-    with EmulatedVM(load_profile("a100")) as vm:
+    with EmulatedVM(load_profile("a100-stock")) as vm:
         bdf = first_bdf(vm, "1b36:0010")
         # A driver-claimed BAR cannot be mapped from user space (IO_STRICT_DEVMEM): unbind nvme.
         vm.agent.shell(f"echo {bdf} > /sys/bus/pci/devices/{bdf}/driver/unbind").check()
@@ -118,13 +118,13 @@ def main() -> None:
     if args.skip_boot:
         return
     print("QEMU start -> guest ready")
-    stock = load_profile("a100")
+    stock = load_profile("a100-stock")
     print(f"  stock a100 (4 nvme), QEMU {qemu_version(system)} (s): "
           f"{spread(boots(stock, system, args.boots), 's')}")
     print(f"  stock a100 (4 nvme), QEMU {qemu_version(vfio_user)} (s): "
           f"{spread(boots(stock, vfio_user, args.boots), 's')}")
     models = load_profile(MODEL_HOST)
-    print(f"  a100-models (2 A100 models), QEMU {qemu_version(vfio_user)} (s): "
+    print(f"  a100 (2 A100 models), QEMU {qemu_version(vfio_user)} (s): "
           f"{spread(boots(models, vfio_user, args.boots), 's')}")
 
 

@@ -19,7 +19,6 @@ from .toml_file import read_toml
 from .vfio_user.model import ModelError, load_model
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
-MODEL_HOST_DIR = Path(__file__).with_name("models") / "hosts"  # hosts whose slots hold device models
 HOTPLUG_MODES = ("native", "acpi")
 LINK_SPEEDS = ("2_5", "5", "8", "16")
 LINK_WIDTHS = ("1", "2", "4", "8", "12", "16", "32")
@@ -116,10 +115,9 @@ class HostProfile:
 
 
 def _profile_paths() -> dict[str, Path]:
-    """Profiles by name: stock-device profiles, then hosts of device models (emulators/models/hosts)."""
-    paths = {p.stem: p for p in MODEL_HOST_DIR.glob("*.toml")}
-    paths.update({p.stem: p for p in PROFILE_DIR.glob("*.toml")})
-    return paths
+    """Profiles by name: device-model hosts (a100, t4, fpga, mixed) and their stock-device
+    variants (a100-stock, ...), all in emulators/profiles/."""
+    return {p.stem: p for p in PROFILE_DIR.glob("*.toml")}
 
 
 def available_profiles() -> list[str]:

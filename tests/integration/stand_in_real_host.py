@@ -82,7 +82,7 @@ def write_ssh_config(folder: Path, key: Path) -> Path:
     return config
 
 
-def start_stand_in(folder: Path, profile: str = "a100") -> StandInHost:
+def start_stand_in(folder: Path, profile: str = "a100-stock") -> StandInHost:
     """Boot the guest with sshd (no runtime of its own) and wait until SSH logs in."""
     key = make_key(folder)
     config = write_ssh_config(folder, key)

@@ -17,7 +17,7 @@ from pathlib import Path
 from hilconform.reports.certificate import validate
 from hilconform.reports.run_folder import RunFolder
 
-CERTIFY = [sys.executable, "-m", "hilconform.reports", "certify", "--host", "emulated:a100"]
+CERTIFY = [sys.executable, "-m", "hilconform.reports", "certify", "--host", "emulated:a100-stock"]
 WRONG_VENDOR_RUNTIME = "hilconform.tests.integration.wrong_vendor_runtime"
 RUN_DEADLINE_S = 480
 
@@ -87,8 +87,8 @@ def test_passing_run_exits_0_with_the_four_artifacts(tmp_path):
         "epic": "discovery",
         "feature": "DISC-01",
         "severity": "critical",
-        "certified_host": "emulated:a100",
-        "profile": "a100",
+        "certified_host": "emulated:a100-stock",
+        "profile": "a100-stock",
     } == _labels(result)
     assert any(s.startswith("wait for runtime event inventory_complete") for s in _steps(result["steps"]))
     removal = _steps(results["test_orderly_removal_by_request"]["steps"])

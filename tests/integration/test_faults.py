@@ -30,7 +30,7 @@ ORDERLY_REMOVAL_S = (4.0, 12.0)  # native pciehp: 5 s attention-button blink, ~6
 
 @pytest.fixture(scope="module")
 def native_vm():
-    vm = EmulatedVM(load_profile("a100")).start()
+    vm = EmulatedVM(load_profile("a100-stock")).start()
     yield vm
     vm.stop()
 
@@ -55,10 +55,10 @@ def _read_ok(vm, device, count=4):
 # -- no VM needed --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("profile, mode, has, lacks", [
-    ("a100", "native", {"orderly-removal", "queue-stall", "queue-slow", "io-errors"},
+    ("a100-stock", "native", {"orderly-removal", "queue-stall", "queue-slow", "io-errors"},
      {"surprise-removal"}),
-    ("a100", "acpi", {"surprise-removal", "queue-stall"}, {"orderly-removal"}),
-    ("fpga", "native", {"aer-fatal", "config-loss", "hotplug"},
+    ("a100-stock", "acpi", {"surprise-removal", "queue-stall"}, {"orderly-removal"}),
+    ("fpga-stock", "native", {"aer-fatal", "config-loss", "hotplug"},
      {"queue-stall", "queue-slow", "io-errors", "surprise-removal"}),
 ])
 def test_capabilities_follow_the_profile_and_hotplug_mode(profile, mode, has, lacks):
@@ -68,7 +68,7 @@ def test_capabilities_follow_the_profile_and_hotplug_mode(profile, mode, has, la
 
 
 def test_require_names_the_capability_and_the_host():
-    injector = FaultInjector(SimpleNamespace(profile=load_profile("fpga")))
+    injector = FaultInjector(SimpleNamespace(profile=load_profile("fpga-stock")))
     with pytest.raises(FaultError, match=r"queue-stall: host fpga \(native hot-plug\) lacks it"):
         injector.require("queue-stall")
     with pytest.raises(FaultError, match="unknown fault capability 'warp'"):
@@ -256,7 +256,7 @@ def test_fault_without_the_capability_or_precondition(faults, match, call):
 
 @pytest.fixture(scope="module")
 def fpga_vm():
-    vm = EmulatedVM(load_profile("fpga")).start()
+    vm = EmulatedVM(load_profile("fpga-stock")).start()
     yield vm
     vm.stop()
 
@@ -287,7 +287,7 @@ def test_edu_config_loss_and_write_back(fpga_vm):
 
 @pytest.mark.slow
 def test_surprise_removal_on_an_acpi_host_with_reads_in_flight():
-    vm = EmulatedVM(load_profile("a100").with_hotplug_mode("acpi")).start()
+    vm = EmulatedVM(load_profile("a100-stock").with_hotplug_mode("acpi")).start()
     try:
         faults = FaultInjector(vm)
         with pytest.raises(FaultError, match="orderly-removal at gpu2: not available on this acpi"):

@@ -1,5 +1,5 @@
 """The FaultInjector on a model host: each model knob through the injector, verified in the guest,
-undone by restore_all(); a stock-only fault refused on a model slot. One VM (a100-models)."""
+undone by restore_all(); a stock-only fault refused on a model slot. One VM (a100)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hilconform.emulators.vm import EmulatedVM
 
 @pytest.fixture(scope="module")
 def vm():
-    machine = EmulatedVM(load_profile("a100-models")).start()
+    machine = EmulatedVM(load_profile("a100")).start()
     yield machine
     machine.stop()
 

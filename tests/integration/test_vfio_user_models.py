@@ -20,11 +20,10 @@ from hilconform.emulators.profile import load_profile
 from hilconform.emulators.toolchain import VFIO_USER_MIN_VERSION, vfio_user_qemu_binary
 from hilconform.emulators.vfio_user import guest_bar
 from hilconform.emulators.vfio_user.hot_add import hot_add_model, release_model
-from hilconform.emulators.vfio_user.model import MODEL_DIR, load_model
+from hilconform.emulators.vfio_user.model import load_model
 from hilconform.emulators.vfio_user.registers import register_map
 from hilconform.emulators.vm import EmulatedVM
 
-HOSTS = MODEL_DIR / "hosts"
 R = register_map()
 GUEST_BAR = Path(guest_bar.__file__).read_bytes()
 GPU0 = "0000:01:00.0"
@@ -70,7 +69,7 @@ def wait_until(predicate, timeout_s: float, what: str, poll_s: float = 0.1):
 
 @pytest.fixture(scope="module")
 def vm():
-    machine = EmulatedVM(load_profile(HOSTS / "a100-models.toml")).start()
+    machine = EmulatedVM(load_profile("a100")).start()
     yield machine
     machine.stop()
 
@@ -187,7 +186,7 @@ def test_link_trained_below_capability(vm, gpu0):
 
 
 def test_server_death_left_on_the_bus_then_removed_by_the_supervisor():
-    with EmulatedVM(load_profile(HOSTS / "a100-models.toml")) as vm:
+    with EmulatedVM(load_profile("a100")) as vm:
         gpu1 = vm.models.server("gpu1")
         assert read(vm, GPU1, "magic") == R["magic_value"]
         died = time.monotonic()
@@ -212,7 +211,7 @@ def test_server_death_left_on_the_bus_then_removed_by_the_supervisor():
 
 
 def test_fpga_shell_survives_a_reboot_while_the_gpu_reinitialises():
-    profile = load_profile(HOSTS / "fpga-models.toml")
+    profile = load_profile("mixed")
     with EmulatedVM(profile, allow_reboot=True) as vm:
         fpga, gpu = "0000:01:00.0", "0000:02:00.0"
         assert "Processing accelerators [1200]: Xilinx Corporation Alveo U250 [10ee:5005]" in shell(
@@ -234,7 +233,7 @@ def test_fpga_shell_survives_a_reboot_while_the_gpu_reinitialises():
 
 
 def test_hung_server_noticed_and_removed_by_the_supervisor():
-    with EmulatedVM(load_profile(HOSTS / "a100-models.toml")) as vm:
+    with EmulatedVM(load_profile("a100")) as vm:
         server = vm.models.server("gpu1")
         mark = vm.qmp.mark()
         vm.models.supervise("gpu1", "remove", vm.qmp)

@@ -22,7 +22,7 @@ import faulthandler, json, signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)
 from hilconform.emulators.profile import load_profile
 from hilconform.emulators.vm import EmulatedVM
-vm = EmulatedVM(load_profile("t4")).start()
+vm = EmulatedVM(load_profile("t4-stock")).start()
 print(json.dumps({"pids": vm.pids, "folder": str(vm.layout.folder)}), flush=True)
 try:
     time.sleep(600)
@@ -51,7 +51,7 @@ def _wait_gone(pids: list[int], timeout_s: float) -> list[int]:
 
 
 def test_stop_ends_every_process_and_removes_the_folder():
-    vm = EmulatedVM(load_profile("t4")).start()
+    vm = EmulatedVM(load_profile("t4-stock")).start()
     pids, folder = vm.pids, vm.layout.folder
     assert len(pids) == 3  # QEMU and two NBD queue backends
     vm.stop()
@@ -85,7 +85,7 @@ def test_owner_death_ends_every_process(how):
 
 def test_qemu_failing_to_start_leaves_nothing_running(monkeypatch, tmp_path):
     monkeypatch.setenv("HILCONFORM_QEMU_SYSTEM_X86_64", "/bin/false")
-    vm = EmulatedVM(load_profile("t4"))
+    vm = EmulatedVM(load_profile("t4-stock"))
     with pytest.raises(InfrastructureError, match="exited with status 1"):
         vm.start()
     pids = [b.process.pid for b in vm.queues.values()]

@@ -20,7 +20,7 @@ Usage:
   run_sensitivity.py --out DIR                  the CI subset (ci = true) + the reference
   run_sensitivity.py --mutant NAME ... --out DIR
   options: --no-reference, --reference-only, --jobs N (parallel pytest runs, default 2),
-           --host KIND:NAME (default emulated:a100), --timeout-s S (per pytest run),
+           --host KIND:NAME (default emulated:a100-stock), --timeout-s S (per pytest run),
            --doc docs/sensitivity.md (put the table between its TABLE_BEGIN/TABLE_END markers)
 Exit status: 0 every mutant killed and the reference passed; 1 a mutant survived or
 the reference failed; 2 infrastructure (a run broken, bad arguments), when nothing survived.
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference-only", action="store_true",
                         help="only the reference run, on the union of the selected mutants' tests")
     parser.add_argument("--jobs", type=int, default=2, help="pytest runs at once (default 2)")
-    parser.add_argument("--host", default="emulated:a100")
+    parser.add_argument("--host", default="emulated:a100-stock")
     parser.add_argument("--doc", type=Path, help="also write the table into this markdown file")
     parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S,
                         help=f"limit per pytest run (default {DEFAULT_TIMEOUT_S})")

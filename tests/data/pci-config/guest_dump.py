@@ -79,7 +79,7 @@ def lspci_file(vm, raw: bytes) -> str:
 
 def main(outdir: Path) -> None:
     outdir.mkdir(parents=True, exist_ok=True)
-    with EmulatedVM(load_profile("a100")) as vm:
+    with EmulatedVM(load_profile("a100-stock")) as vm:
         # gpu0 on root port 00:10.0 -> bus 1; spare0 is 00:14.0, spare1 00:15.0
         wait_nvme_live(vm, "0000:01:00.0")
         dump(vm, outdir, "nvme-bound-1b36-0010", "0000:01:00.0")
@@ -90,7 +90,7 @@ def main(outdir: Path) -> None:
         wait_nvme_live(vm, added.bdf)
         dump(vm, outdir, "nvme-hotadded-1b36-0010", added.bdf)
         dump(vm, outdir, "root-port-hotadded-1b36-000c", "0000:00:14.0")
-    with EmulatedVM(load_profile("fpga")) as vm:
+    with EmulatedVM(load_profile("fpga-stock")) as vm:
         dump(vm, outdir, "edu-1234-11e8", "0000:01:00.0")
 
 

@@ -12,7 +12,7 @@ from hilconform.fixtures.host_spec import HostSpecError, parse_host_spec
 from hilconform.runtime import config as runtime_config
 
 
-@pytest.mark.parametrize("name", ["a100-models", "fpga-models"])
+@pytest.mark.parametrize("name", ["a100", "t4", "fpga", "mixed"])
 def test_model_hosts_are_selectable_by_name(name):
     assert name in available_profiles()
     assert parse_host_spec(f"emulated:{name}").name == name
@@ -20,14 +20,15 @@ def test_model_hosts_are_selectable_by_name(name):
     assert profile.name == name and profile.uses_models
 
 
-def test_stock_profiles_stay_stock():
-    assert not load_profile("a100").uses_models
-    with pytest.raises(HostSpecError, match="a100-models"):  # listed among the known hosts
-        parse_host_spec("emulated:a100-modelz")
+@pytest.mark.parametrize("name", ["a100-stock", "t4-stock", "fpga-stock"])
+def test_stock_variants_stay_stock(name):
+    assert not load_profile(name).uses_models
+    with pytest.raises(HostSpecError, match="a100-stock"):  # listed among the known hosts
+        parse_host_spec("emulated:a100-stok")
 
 
-def test_a100_models_config_selects_the_model_ids(tmp_path):
-    text = runtime_config_for(load_profile("a100-models"))
+def test_a100_config_selects_the_model_ids(tmp_path):
+    text = runtime_config_for(load_profile("a100"))
     table = tomllib.loads(text)
     assert table["selector"]["ids"] == ["10de:20b0"]
     assert table["hooks"]["models"] == ["10de:20b0"]
@@ -39,14 +40,14 @@ def test_a100_models_config_selects_the_model_ids(tmp_path):
     assert cfg.hooks["models"] == ["10de:20b0"]
 
 
-def test_fpga_models_config_expects_each_models_firmware():
-    table = tomllib.loads(runtime_config_for(load_profile("fpga-models")))
+def test_mixed_host_config_expects_each_models_firmware():
+    table = tomllib.loads(runtime_config_for(load_profile("mixed")))
     assert table["hooks"]["models"] == ["10de:1eb8", "10ee:5005"]
     assert table["firmware"] == {"10ee:5005": "2.3.0", "10de:1eb8": "90.4.38"}
 
 
 def test_stock_host_config_has_no_models():
-    table = tomllib.loads(runtime_config_for(load_profile("a100")))
+    table = tomllib.loads(runtime_config_for(load_profile("a100-stock")))
     assert "models" not in table["hooks"]
     assert table["hooks"]["firmware"] == {"1b36:0010": "1.0"}
 

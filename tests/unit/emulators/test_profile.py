@@ -7,7 +7,9 @@ import pytest
 from hilconform.emulators.errors import ProfileError
 from hilconform.emulators.profile import PROFILE_DIR, available_profiles, load_profile
 
-EXPECTED_SLOTS = {"a100": (4, 2), "t4": (2, 1), "fpga": (2, 1)}
+# Device-model hosts and their stock-device variants (nvme/edu stand-ins under their own names).
+EXPECTED_SLOTS = {"a100": (2, 1), "t4": (2, 1), "fpga": (2, 1), "mixed": (2, 0),
+                  "a100-stock": (4, 2), "t4-stock": (2, 1), "fpga-stock": (2, 1)}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_SLOTS))
@@ -27,7 +29,7 @@ def test_available_profiles_lists_all_shipped():
 
 
 def test_unknown_profile_lists_the_known_ones():
-    known = r"\(known: a100, a100-models, fpga, fpga-models, t4"
+    known = r"\(known: a100, a100-stock, fpga, fpga-stock, mixed, t4, t4-stock\)"
     with pytest.raises(ProfileError, match=r"unknown host profile 'h900' " + known):
         load_profile("h900")
 
@@ -39,7 +41,7 @@ def _write(tmp_path, text: str):
 
 
 def _base() -> str:
-    return (PROFILE_DIR / "t4.toml").read_text()
+    return (PROFILE_DIR / "t4-stock.toml").read_text()
 
 
 @pytest.mark.parametrize(
@@ -77,7 +79,7 @@ def test_not_toml_is_named(tmp_path):
 
 
 def test_hotplug_mode_override():
-    profile = load_profile("a100").with_hotplug_mode("acpi")
+    profile = load_profile("a100-stock").with_hotplug_mode("acpi")
     assert profile.hotplug_mode == "acpi"
     with pytest.raises(ProfileError):
         profile.with_hotplug_mode("pcmcia")

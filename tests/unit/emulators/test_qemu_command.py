@@ -22,7 +22,7 @@ def _devices(argv):
 
 
 def test_a100_argv_has_ports_devices_and_no_defaults():
-    argv = build_argv("qemu", load_profile("a100"), IMAGE, LAYOUT)
+    argv = build_argv("qemu", load_profile("a100-stock"), IMAGE, LAYOUT)
     assert "-nodefaults" in argv and "-S" in argv
     assert argv[argv.index("-accel") + 1] == "tcg"
     assert "ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off" in argv  # native pciehp
@@ -38,7 +38,7 @@ def test_a100_argv_has_ports_devices_and_no_defaults():
 
 
 def test_queue_devices_sit_on_a_throttle_raw_nbd_chain():
-    argv = build_argv("qemu", load_profile("a100"), IMAGE, LAYOUT)
+    argv = build_argv("qemu", load_profile("a100-stock"), IMAGE, LAYOUT)
     objects = [json.loads(argv[i + 1]) for i, a in enumerate(argv) if a == "-object"]
     # one throttle group per slot (empty ones too, for hot-added queue devices), no limits
     assert objects == [{"qom-type": "throttle-group", "id": f"tg-{name}"}
@@ -55,22 +55,22 @@ def test_queue_devices_sit_on_a_throttle_raw_nbd_chain():
 
 def test_hot_add_chain_matches_the_command_line():
     # hotplug.hot_add blockdev-adds nbd_blockdev(): the same chain a cold-plugged slot gets.
-    argv = build_argv("qemu", load_profile("a100"), IMAGE, LAYOUT)
+    argv = build_argv("qemu", load_profile("a100-stock"), IMAGE, LAYOUT)
     cold = [json.loads(argv[i + 1]) for i, a in enumerate(argv) if a == "-blockdev"][1]
     assert cold == nbd_blockdev(LAYOUT, "gpu1")
     assert nbd_blockdev(LAYOUT, "spare0")["node-name"] == queue_node("spare0")
 
 
 def test_acpi_mode_keeps_the_acpi_default():
-    argv = build_argv("qemu", load_profile("a100").with_hotplug_mode("acpi"), IMAGE, LAYOUT)
+    argv = build_argv("qemu", load_profile("a100-stock").with_hotplug_mode("acpi"), IMAGE, LAYOUT)
     assert not any("acpi-pci-hotplug" in a for a in argv)
 
 
 def test_fpga_uses_edu_without_queues():
-    devices = _devices(build_argv("qemu", load_profile("fpga"), IMAGE, LAYOUT))
+    devices = _devices(build_argv("qemu", load_profile("fpga-stock"), IMAGE, LAYOUT))
     assert [d["driver"] for d in devices if d.get("bus", "").startswith("rp-")] == ["edu", "edu"]
 
 
 def test_unknown_accelerator_is_refused():
     with pytest.raises(InfrastructureError, match="unknown accelerator 'hvf'"):
-        build_argv("qemu", load_profile("t4"), IMAGE, LAYOUT, accel="hvf")
+        build_argv("qemu", load_profile("t4-stock"), IMAGE, LAYOUT, accel="hvf")

@@ -4,22 +4,20 @@ import pytest
 
 from hilconform.emulators.errors import InfrastructureError, ProfileError, ToolMissing
 from hilconform.emulators.layout import InstanceLayout
-from hilconform.emulators.profile import load_profile
+from hilconform.emulators.profile import PROFILE_DIR, load_profile
 from hilconform.emulators.qemu_command import model_port_reserve, model_socket, stand_in_device
 from hilconform.emulators.toolchain import qemu_binary, qemu_binary_for
-from hilconform.emulators.vfio_user.model import MODEL_DIR, load_model, window_reserve
-
-HOSTS = MODEL_DIR / "hosts"
+from hilconform.emulators.vfio_user.model import load_model, window_reserve
 
 
 def test_stock_profiles_keep_the_system_qemu():
-    profile = load_profile("a100")
+    profile = load_profile("a100-stock")
     assert not profile.uses_models
     assert qemu_binary_for(profile) == qemu_binary()
 
 
 def test_model_profiles_know_they_need_models():
-    profile = load_profile(HOSTS / "a100-models.toml")
+    profile = load_profile("a100")
     assert profile.uses_models
     kind = profile.kind("model:a100-sxm4")
     assert (kind.qemu_driver, kind.vendor, kind.device, kind.class_code, kind.model) == (
@@ -32,13 +30,13 @@ def test_a_qemu_without_vfio_user_is_refused_with_the_way_to_get_one(monkeypatch
     old.chmod(0o755)
     monkeypatch.setenv("HILCONFORM_QEMU_VFIO_USER", str(old))
     with pytest.raises(ToolMissing) as err:
-        qemu_binary_for(load_profile(HOSTS / "a100-models.toml"))
+        qemu_binary_for(load_profile("a100"))
     message = str(err.value)
     assert ">= 10.1" in message and "make qemu-prefix" in message and "QEMU 7.2.22" in message
 
 
 def test_an_unknown_model_in_a_profile_names_the_slot(tmp_path):
-    text = (HOSTS / "a100-models.toml").read_text().replace('device = "model:a100-sxm4"',
+    text = (PROFILE_DIR / "a100.toml").read_text().replace('device = "model:a100-sxm4"',
                                                               'device = "model:h100"', 1)
     path = tmp_path / "bad-host.toml"
     path.write_text(text)
@@ -48,7 +46,7 @@ def test_an_unknown_model_in_a_profile_names_the_slot(tmp_path):
 
 
 def test_a_model_slot_on_the_command_line_points_at_its_socket(tmp_path):
-    profile = load_profile(HOSTS / "a100-models.toml")
+    profile = load_profile("a100")
     layout = InstanceLayout(tmp_path)
     props = stand_in_device(profile.slot("gpu0"), profile.kind("model:a100-sxm4"), "gpu0", layout)
     assert props["driver"] == "vfio-user-pci" and props["bus"] == "rp-gpu0"
@@ -62,6 +60,6 @@ def test_model_ports_reserve_windows_the_bars_fit_in():
     assert window_reserve(a100) == {"mem-reserve": 16 << 20, "pref64-reserve": 512 << 20}
     u250 = load_model("alveo-u250")
     assert window_reserve(u250) == {"mem-reserve": 64 << 20, "pref64-reserve": 256 << 20}
-    profile = load_profile(HOSTS / "a100-models.toml")
+    profile = load_profile("a100")
     assert model_port_reserve(profile, profile.slot("spare0")) == window_reserve(a100)
-    assert model_port_reserve(load_profile("a100"), load_profile("a100").slot("spare0")) == {}
+    assert model_port_reserve(load_profile("a100-stock"), load_profile("a100-stock").slot("spare0")) == {}
