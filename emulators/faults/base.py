@@ -16,7 +16,7 @@ from ..workload import Workload
 
 QUEUE_CAPABILITIES = frozenset({"queue-stall", "queue-slow", "io-errors"})
 MODEL_CAPABILITIES = frozenset({  # a device model's queue has no I/O errors; only models fall off etc.
-    "queue-stall", "queue-slow", "fell-off-bus", "firmware-mismatch", "link-degraded",
+    "queue-stall", "queue-slow", "fell-off-bus", "firmware-mismatch", "link-degraded", "reset-not-ready",
 })
 ALL_CAPABILITIES = frozenset({
     "hotplug", "orderly-removal", "surprise-removal", "aer-nonfatal", "aer-fatal",
@@ -72,6 +72,7 @@ class FaultsBase:
         self._fallen: set[str] = set()  # model slots whose device fell off the bus
         self._firmware: set[str] = set()  # model slots reporting another firmware version
         self._degraded: set[str] = set()  # model slots whose link trained below capability
+        self._slow_reset: set[str] = set()  # model slots that stay not ready after a reset
 
     # -- capabilities -------------------------------------------------------------------------
     @property

@@ -19,7 +19,8 @@ from .base import FaultRecord, FaultsBase, Target
 from .queue import STALL_SAMPLE_GAP_S, STALL_TIMEOUT_S, QueueStall
 
 # Faults only a model slot has (queue-stall and queue-slow it shares with nvme slots).
-MODEL_ONLY_CAPABILITIES = frozenset({"fell-off-bus", "firmware-mismatch", "link-degraded"})
+MODEL_ONLY_CAPABILITIES = frozenset({"fell-off-bus", "firmware-mismatch", "link-degraded",
+                                     "reset-not-ready"})
 MODEL_QUEUE_CAPABILITIES = frozenset({"queue-stall", "queue-slow"})
 STUCK_COMMANDS = 4  # submitted through the doorbell when a stall finds nothing in flight
 GUEST_TIMEOUT_S = 60.0
@@ -231,6 +232,23 @@ class ModelFaults(FaultsBase):
                              timeout_s)
         return self._record(fault, resolved, requested_ns, injected_ns, {"version": version})
 
+    def delay_reset_ready(self, target: str, ready_after_s: float | None = 4.0) -> FaultRecord:
+        """After its next resets (FLR, device reset) the card stays not ready for ready_after_s: every
+        read returns all ones, so the guest kernel's reset waits, polling config space ("not ready
+        ... after FLR; waiting"), and a reset budget shorter than that is overrun (RST-02). None lifts
+        it. Takes effect at a reset, so nothing is visible in the guest until then; the guest-side
+        effect is shown by tests/integration/test_model_faults.py."""
+        fault = "reset-not-ready"
+        resolved = self._need_model(fault, target)
+        requested_ns = time.monotonic_ns()
+        try:
+            self.vm.models.device(resolved.name).delay_reset_ready(ready_after_s)
+        except ValueError as exc:
+            raise FaultError(f"{fault} at {target}: {exc}") from None
+        (self._slow_reset.add if ready_after_s else self._slow_reset.discard)(resolved.name)
+        return self._record(fault, resolved, requested_ns, time.monotonic_ns(),
+                            {"ready_after_s": ready_after_s})
+
     def degrade_link(self, target: str, speed: str | None = "8", width: int | None = 8,
                      timeout_s: float = STALL_TIMEOUT_S) -> FaultRecord:
         """Link Status below the capability (None, None: trained at capability); verified by lspci."""
@@ -256,11 +274,19 @@ class ModelFaults(FaultsBase):
                             {"speed": speed, "width": width, "lnksta": line.strip()})
 
     def restore_model_faults(self) -> list[str]:
-        """Undo fell-off-bus, firmware and link faults still in effect; the problems met."""
+        """Undo fell-off-bus, firmware and link faults still in effect; the problems met.
+
+        A slot emptied since (its model removed) has nothing left to undo.
+        """
         problems = []
+        for slots in (self._fallen, self._firmware, self._degraded, self._slow_reset):
+            for slot in list(slots):
+                if self._resolve("restore", slot, need_device=False).device is None:
+                    slots.discard(slot)
         for action, slots in ((lambda s: self.fall_off_bus(s, False), self._fallen),
                               (lambda s: self.mismatch_firmware(s, None), self._firmware),
-                              (lambda s: self.degrade_link(s, None, None), self._degraded)):
+                              (lambda s: self.degrade_link(s, None, None), self._degraded),
+                              (lambda s: self.delay_reset_ready(s, None), self._slow_reset)):
             for slot in sorted(slots):
                 try:
                     action(slot)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 
 from . import protocol
@@ -36,6 +37,8 @@ class ModelDevice:
         self.queue = CommandQueue(model.queue_depth, model.queue_service_us / 1e6)
         self.registers = RegisterFile(model, self.queue)
         self.fallen_off = False
+        self.reset_ready_delay_s = 0.0  # knob: how long the card stays not ready after a reset
+        self._not_ready_until = 0.0  # monotonic time until which every read returns all ones
         self.memfds: dict[int, int] = {}
         for bar in model.bars:
             if bar.backing == "memfd":
@@ -67,7 +70,7 @@ class ModelDevice:
     def region_read(self, region: int, offset: int, count: int) -> bytes:
         with self.lock:
             self.stats.region_reads += 1
-            if self.fallen_off:
+            if self.fallen_off or self.resetting:
                 return b"\xff" * count
             if region == protocol.CONFIG_REGION:
                 return self.config.read(offset, count)
@@ -81,7 +84,7 @@ class ModelDevice:
     def region_write(self, region: int, offset: int, data: bytes) -> None:
         with self.lock:
             self.stats.region_writes += 1
-            if self.fallen_off:
+            if self.fallen_off or self.resetting:
                 return
             if region == protocol.CONFIG_REGION:
                 self.config.write(offset, data)
@@ -113,6 +116,12 @@ class ModelDevice:
         self.stats.log.append("flr")
         self._reset_function()
 
+    @property
+    def resetting(self) -> bool:
+        """Still inside the not-ready window after a reset: reads return all ones (a config read
+        that a real card would answer with a retry status), writes are dropped."""
+        return time.monotonic() < self._not_ready_until
+
     def _reset_function(self) -> None:
         """What a reset clears: the queue, the guest's registers and config writes.
 
@@ -125,6 +134,8 @@ class ModelDevice:
         self.config.reset()
         speeds = {code: name for name, code in pci_tables()["link_speeds"].items()}
         self.config.set_link(speeds[link[0]], link[1])
+        if self.reset_ready_delay_s > 0:
+            self._not_ready_until = time.monotonic() + self.reset_ready_delay_s
 
     # -- fault knobs --------------------------------------------------------------------------------
     def stick_queue(self, stuck: bool = True) -> None:
@@ -161,6 +172,18 @@ class ModelDevice:
         with self.lock:
             chosen = self.model.firmware if version is None else Version.parse(version)
             self.registers.firmware_version = chosen.register
+
+    def delay_reset_ready(self, seconds: float | None) -> None:
+        """After each later FLR or device reset the card stays not ready for `seconds` (the
+        kernel's reset then waits, polling config space: a reset that overruns its budget).
+        None or 0 restores an immediate reset."""
+        with self.lock:
+            if seconds is not None and not 0 <= seconds <= 60:
+                raise ValueError(f"reset-ready delay must be 0-60 s (the kernel waits 60 s at most), "
+                                 f"not {seconds!r}")
+            self.reset_ready_delay_s = float(seconds or 0.0)
+            if not self.reset_ready_delay_s:
+                self._not_ready_until = 0.0
 
     def train_link(self, speed: str | None = None, width: int | None = None) -> None:
         """Link Status as if trained at speed/width (below the capability); None = capability."""

@@ -1,11 +1,17 @@
 """RST-02: a wedged device is reset when its drain times out; a reset over budget FAULTs it.
 
-The device's command queue is stalled (its NBD backend SIGSTOPped, a read in
-flight) and the runtime is asked to `remove` it: the drain must give up at
-`drain_timeout_ms` and escalate to a forced reset (source `drain_timeout`).
-Resetting an nvme whose request is stuck freezes the whole VM until the
-backend answers, so the test decides when the "hardware" answers:
-`resume_after_s` = RESUME_AFTER_S after the stall. The runtime's reset budget
+The device's command queue is stalled and the runtime is asked to `remove` it:
+the drain must give up at `drain_timeout_ms` and escalate to a forced reset
+(source `drain_timeout`), and that reset must not come back within its budget.
+How the reset is held up depends on the device kind, and the test decides
+when the "hardware" answers (RESUME_AFTER_S after the stall):
+* a device model (vfio-user): its queue sticks (completions stop) and its
+  `reset-not-ready` knob keeps the card not ready for RESUME_AFTER_S after the
+  FLR, so the guest kernel's reset waits ("not ready ... after FLR; waiting"),
+  as it does for a wedged real card; nothing else in the VM stops;
+* an nvme stand-in: its NBD backend is SIGSTOPped with a read in flight, and
+  resetting an nvme whose request is stuck freezes the whole VM until the
+  backend answers. The runtime's reset budget
 is shortened to RESET_TIMEOUT_MS (runtime_overrides): with the default 5000 ms
 the stall would have to outlast 5 s of frozen VM; at 1000 ms a 4 s stall keeps
 the reset ~3.5 s over budget and the test short. The reset therefore cannot
@@ -37,10 +43,10 @@ RESUME_AFTER_S = 4.0
 def test_rst02_wedged_device_reset_on_drain_timeout_faulted_over_budget(host_factory, host_spec,
                                                                         measurements):
     profile = load_profile(host_spec.name)
-    if not any(s.populated and profile.kind(s.device).queue == "nbd" for s in profile.slots):
-        pytest.skip(f"profile {profile.name}: no stand-in whose reset wedges; a device model's reset "
-                    "clears its stuck queue at once, so no reset overruns its budget "
-                    "(docs/device-models.md)")
+    if not any(s.populated and (profile.kind(s.device).queue == "nbd" or profile.kind(s.device).model)
+               for s in profile.slots):
+        pytest.skip(f"profile {profile.name}: no device whose reset can be held up (an nvme stand-in "
+                    "with a stallable backend or a device model with the reset-not-ready knob)")
     host = host_factory.start(runtime_overrides={"reset_timeout_ms": RESET_TIMEOUT_MS})
     runtime = host.runtime
     config = runtime.hello["config"]
@@ -48,6 +54,8 @@ def test_rst02_wedged_device_reset_on_drain_timeout_faulted_over_budget(host_fac
     slot, bdf, _record = healthy_device(host, "queue-stall")
     mark = subscribe(runtime)
 
+    if "reset-not-ready" in host.faults.slot_capabilities(slot):
+        host.faults.delay_reset_ready(slot, RESUME_AFTER_S)
     stall = host.faults.stall_queue(slot, resume_after_s=RESUME_AFTER_S)
     result = runtime.call("remove", {"device": bdf}, timeout_s=RESUME_AFTER_S + 2 * CALL_TIMEOUT_S)
     stall.wait_resumed(RESUME_AFTER_S + EVENT_TIMEOUT_S)
@@ -82,7 +90,7 @@ def test_rst02_wedged_device_reset_on_drain_timeout_faulted_over_budget(host_fac
     assert waited_ms >= RESET_TIMEOUT_MS * 0.95, (
         f"FAULTED {waited_ms:.0f} ms after the reset started: before its {RESET_TIMEOUT_MS} ms budget")
 
-    # The late outcome (`reset` event with late: true) is not awaited: with bus mastering
-    # cleared before the drain, the stuck read's completion cannot be posted after the
-    # backend answers, so the reset only ends with the nvme driver's 30 s I/O timeout.
+    # The late outcome (`reset` event with late: true) is not awaited: on an nvme, with bus
+    # mastering cleared before the drain, the stuck read's completion cannot be posted after
+    # the backend answers, so the reset only ends with the nvme driver's 30 s I/O timeout.
     measurements.record("RST-02", "reset_started_to_faulted_guest_clock", [waited_ms], "ms")

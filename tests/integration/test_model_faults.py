@@ -72,6 +72,27 @@ def test_firmware_mismatch_and_link_degraded_are_seen_by_the_guest(vm, faults):
     assert faults.model_registers("check", target, "firmware_version")["firmware_version"] != 0x010203
 
 
+def _guest_reset_s(vm, bdf: str) -> float:
+    """Seconds a sysfs reset of `bdf` takes in the guest (the kernel waits for the card to be ready)."""
+    started = time.monotonic()
+    result = vm.agent.run(["sh", "-c", f"echo 1 > /sys/bus/pci/devices/{bdf}/reset"], timeout_s=90)
+    assert result.exit_code == 0, f"guest reset of {bdf} failed: {result.stderr}"
+    return time.monotonic() - started
+
+
+def test_reset_not_ready_makes_the_guests_reset_wait_then_lifts(vm, faults):
+    bdf = faults._resolve("check", "gpu1").device.bdf
+    faults.delay_reset_ready("gpu1", 2.0)
+    waited = _guest_reset_s(vm, bdf)
+    log = vm.agent.run(["dmesg"], timeout_s=30).stdout
+    assert waited >= 2.0, f"the guest's reset returned after {waited:.2f} s, before the card was ready"
+    assert f"{bdf[5:]}: not ready" in log and "after FLR; waiting" in log, log[-800:]
+    faults.restore_all()
+    assert _guest_reset_s(vm, bdf) < 1.5, "the reset still waits after the knob was lifted"
+    target = faults._resolve("check", "gpu1")
+    assert faults.model_registers("check", target, "magic")["magic"] == 0x43494C48
+
+
 def test_stock_only_faults_are_refused_on_a_model_slot(vm, faults):
     with pytest.raises(FaultError, match="io-errors at gpu0"):
         faults.inject_io_errors("gpu0")
