@@ -26,6 +26,7 @@ from .verdicts import clause_verdict
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 SUITES = CHECKOUT / "suites"
+EMULATED_TWINS = "real/test_*_model_*.py"  # real-host clauses checked on emulated device models too
 SELF_CHECK_SCRIPT = CHECKOUT / "tests" / "sensitivity" / "run_sensitivity.py"
 POLL_S = 0.5
 INTERRUPT_GRACE_S = (
@@ -70,10 +71,13 @@ def _suite_paths(options: CertifyOptions) -> list[str]:
     unknown = [s for s in options.suites if s not in known]
     if unknown:
         raise CertifyError(f"unknown suite {', '.join(map(repr, unknown))} (known: {', '.join(known)})")
-    # Default: every area but smoke (test-bed checks, no clause); `real` only for real hosts.
-    skipped = {"smoke"} | (set() if options.host.startswith("real:") else {"real"})
+    # Default: every area but smoke (test-bed checks, no clause); `real` only for real hosts, except its
+    # emulated twins (REAL-01 on device models; they skip with the reason on stock-device hosts).
+    real = options.host.startswith("real:")
+    skipped = {"smoke"} | (set() if real else {"real"})
     chosen = options.suites or [s for s in known if s not in skipped]
-    return [f"suites/{s}" for s in chosen]
+    twins = [] if real or options.suites else sorted(SUITES.glob(EMULATED_TWINS))
+    return [f"suites/{s}" for s in chosen] + [str(t.relative_to(CHECKOUT)) for t in twins]
 
 
 def collect_scope(options: CertifyOptions, paths: list[str]) -> dict:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..errors import FaultError
+from ..errors import FaultError, QmpError
 from ..vfio_user import guest_bar
+from ..vfio_user.hot_add import hot_add_model
 from ..vfio_user.registers import register_map
 from .base import FaultRecord, FaultsBase, Target
 from .queue import STALL_SAMPLE_GAP_S, STALL_TIMEOUT_S, QueueStall
@@ -24,6 +25,7 @@ MODEL_ONLY_CAPABILITIES = frozenset({"fell-off-bus", "firmware-mismatch", "link-
 MODEL_QUEUE_CAPABILITIES = frozenset({"queue-stall", "queue-slow"})
 STUCK_COMMANDS = 4  # submitted through the doorbell when a stall finds nothing in flight
 GUEST_TIMEOUT_S = 60.0
+HOT_ADD_TIMEOUT_S = 20.0  # device_add -> the guest has the device (as faults/hotplug.py)
 ALL_ONES = 0xFFFFFFFF
 
 
@@ -231,6 +233,42 @@ class ModelFaults(FaultsBase):
                              lambda r: r["firmware_version"] == want, f"firmware register {want:#x}",
                              timeout_s)
         return self._record(fault, resolved, requested_ns, injected_ns, {"version": version})
+
+    def hot_add_with_firmware(self, slot: str, version: str = "0.0.1", device_id: str | None = None,
+                              timeout_s: float = HOT_ADD_TIMEOUT_S) -> FaultRecord:
+        """Hot-add the model an empty slot accepts, its firmware register reporting `version` from
+        the start (a hot-add serves a fresh device: arming it before device_add leaves the guest no
+        moment with the model's own firmware). Verified when the guest has the device and reads
+        `version` from the register. details: bdf, kind, version."""
+        fault = "firmware-mismatch"
+        resolved = self._resolve(fault, slot, need_device=False)
+        if resolved.device is not None:
+            raise FaultError(f"{fault} at {slot}: hot-add needs an empty slot; it holds "
+                             f"{resolved.device.qdev_id or resolved.device.bdf}")
+        kind = self.vm.profile.kind(resolved.slot.accepts)
+        if not kind.model:
+            raise FaultError(f"{fault} at {slot}: slot {resolved.name} accepts {kind.name}, not a device "
+                             f"model (stock devices have no firmware register)")
+        requested_ns = time.monotonic_ns()
+        try:
+            added = hot_add_model(self.vm, resolved.name, device_id, firmware_version=version)
+        except ValueError as exc:
+            raise FaultError(f"{fault} at {slot}: {exc}") from None
+        except QmpError as exc:
+            raise FaultError(f"{fault} at {slot}: {exc}") from None
+        self._firmware.add(resolved.name)
+        shown = self.vm.agent.run(["udevadm", "wait", f"--timeout={max(1, round(timeout_s))}",
+                                   f"/sys/bus/pci/devices/{added.bdf}"], timeout_s=timeout_s + 10)
+        if shown.exit_code != 0:
+            raise FaultError(f"{fault} at {slot}: QEMU added {added.device_id} but the guest did not "
+                             f"show {added.bdf} within {timeout_s:.0f}s")
+        target = self._resolve(fault, resolved.name)
+        want = self.vm.models.device(resolved.name).registers.firmware_version
+        self._wait_registers(fault, target, ("firmware_version",),
+                             lambda r: r["firmware_version"] == want, f"firmware register {want:#x}",
+                             timeout_s)
+        return self._record(fault, target, requested_ns, added.returned_ns,
+                            {"bdf": added.bdf, "kind": kind.name, "version": version})
 
     def delay_reset_ready(self, target: str, ready_after_s: float | None = 4.0) -> FaultRecord:
         """After its next resets (FLR, device reset) the card stays not ready for ready_after_s: every

@@ -3,6 +3,11 @@
 The server must listen before `device_add`, because QEMU connects while
 realizing the device. Removal is the ordinary `hotplug.remove` (device_del,
 DEVICE_DELETED); `release_model` then stops the slot's server.
+
+A hot-add gets a fresh server device, so a knob set on the slot's previous device
+is gone; `firmware_version` arms the new device before QEMU (and so the guest)
+can read it: the card arrives with that firmware, with no window in which a
+runtime's self-check could read the model's own.
 """
 
 from __future__ import annotations
@@ -16,8 +21,13 @@ from ..pci_inventory import function_below, query_pci
 from ..qemu_command import model_socket, stand_in_device
 
 
-def hot_add_model(vm, slot_name: str, device_id: str | None = None) -> HotAdd:
-    """Serve the model the slot accepts and device_add it; check QEMU lists it below the port."""
+def hot_add_model(vm, slot_name: str, device_id: str | None = None,
+                  firmware_version: str | None = None) -> HotAdd:
+    """Serve the model the slot accepts and device_add it; check QEMU lists it below the port.
+
+    `firmware_version` ("MAJOR.MINOR.PATCH"): the new card's firmware register reports it
+    from the start (a firmware mismatch armed before the card appears); ValueError if malformed.
+    """
     slot = vm.profile.slot(slot_name)
     kind = vm.profile.kind(slot.accepts)
     if not kind.model:
@@ -31,7 +41,13 @@ def hot_add_model(vm, slot_name: str, device_id: str | None = None) -> HotAdd:
         raise FaultError(f"hot-add model: slot {slot_name} is occupied by {occupant.qdev_id or bdf}")
     device_id = device_id or f"{slot_name}-{kind.model}"
     vm.models.release(slot_name)  # a server left from an earlier occupant of the slot
-    vm.models.serve(slot_name, kind.model, model_socket(vm.layout, slot_name), device_id)
+    server = vm.models.serve(slot_name, kind.model, model_socket(vm.layout, slot_name), device_id)
+    if firmware_version is not None:
+        try:
+            server.device.set_firmware_version(firmware_version)
+        except ValueError:
+            vm.models.release(slot_name)
+            raise
     props = stand_in_device(slot, kind, device_id, vm.layout)
     try:
         vm.qmp.execute("device_add", props)

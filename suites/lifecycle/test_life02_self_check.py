@@ -8,12 +8,19 @@ transition, then join_pool and an `ok` end; until then the device is not
 allocatable (an allocate racing the self-check is refused, or is granted only after
 the HEALTHY transition).
 
-Failing: the runtime is configured to expect firmware 9.9 for the edu stand-in
-(1234:11e8) while the stand-in reports 1.0. A hot-added edu must fail the `firmware`
-step (named in the end event), go DISCOVERED -> FAULTED without ever being HEALTHY,
-run no later step, and stay out of the pool (allocation by device and by class
-refused, also after a health poll), while the boot devices of other IDs stay HEALTHY
-(on the fpga profile the boot devices are edu too: they must have failed as well).
+Failing, stock-device hosts: the runtime is configured to expect firmware 9.9 for the
+edu stand-in (1234:11e8) while the stand-in reports 1.0; an edu is hot-added (on the
+fpga-stock profile the boot devices are edu too: they must have failed as well).
+Failing, device-model hosts: the runtime expects each model's own firmware (the
+profile's config) and the model the empty slot accepts is hot-added with its firmware
+register reporting another version, armed before QEMU can read it (a hot-add serves a
+fresh device, so the mismatch cannot be set on the slot beforehand, and setting it
+after the add would race the self-check); the boot models, same IDs, stay HEALTHY.
+Either way the hot-added device must fail the `firmware` step (named in the end
+event), go DISCOVERED -> FAULTED without ever being HEALTHY, run no later step, and
+stay out of the pool (allocation by device refused, also after a health poll; by
+class, asking for one more device than the healthy pool holds, refused), while the
+boot devices keep their states.
 """
 
 from __future__ import annotations
@@ -41,7 +48,8 @@ from hilconform.emulators.profile import load_profile
 pytestmark = [pytest.mark.clause("LIFE-02"), pytest.mark.destructive]
 
 SELF_CHECK_STEPS = ("link_active", "firmware", "mmio", "interrupts")
-FAILING_KIND = "edu"  # its stand-in reports firmware 1.0, the runtime is told to expect 9.9
+FAILING_KIND = "edu"  # stock hosts: its stand-in reports firmware 1.0, the runtime is told to expect 9.9
+MISMATCHED_FIRMWARE = "0.0.1"  # model hosts: what the hot-added model's firmware register reports
 
 
 def _steps(run: list[dict]) -> list[tuple[str, str]]:
@@ -98,52 +106,73 @@ def test_hot_added_device_joins_the_pool_after_its_self_check(host):
 
 def test_device_failing_its_self_check_stays_out_of_the_pool(host_factory):
     profile = load_profile(host_factory.spec.name)
-    kind = profile.kind(FAILING_KIND)
-    ids = kind_ids(kind)
-    if not selects(profile, kind):
-        pytest.skip(f"profile {profile.name} does not select {FAILING_KIND} ({ids}): the runtime would "
-                    "ignore the failing device (model hosts select only their models)")
-    host = host_factory.start(runtime_config=runtime_config(host_factory.spec.name, firmware_mismatch(ids)))
+    if all(s.populated for s in profile.slots):
+        pytest.skip(f"profile {profile.name} has no empty hot-plug slot")
+    models = _hot_adds_models(profile)
+    if models:  # the profile's own config: the runtime expects each model's own firmware
+        host = host_factory.start()
+        ids = kind_ids(profile.kind(profile.slot(require_empty_slot(host)[0]).accepts))
+    else:
+        ids = kind_ids(profile.kind(FAILING_KIND))
+        if not selects(profile, profile.kind(FAILING_KIND)):
+            pytest.skip(f"profile {profile.name} does not select {FAILING_KIND} ({ids}): the runtime "
+                        "would ignore the failing device")
+        host = host_factory.start(runtime_config=runtime_config(host_factory.spec.name,
+                                                                firmware_mismatch(ids)))
     runtime = host.runtime
     checker, mark = subscribe_live(runtime)
     boot = settled_inventory(runtime)["devices"]
-    expected_boot = {d["device"]: "FAULTED" if _ids(d) == ids else "HEALTHY" for d in boot}
+    expected_boot = {d["device"]: "FAULTED" if _ids(d) == ids and not models else "HEALTHY" for d in boot}
     assert {d["device"]: d["state"] for d in boot} == expected_boot, (
+        "boot models report their own firmware: every one passes the check" if models else
         f"boot devices with IDs {ids} must fail the firmware step too, the others pass it")
 
-    added = host.hot_add(require_empty_slot(host)[0], kind=kind.name)
-    end = wait_procedure_end(runtime, mark, "hot_add", added.bdf)
-    steps = _steps(procedure_run(runtime, mark, "hot_add", added.bdf))
+    slot = require_empty_slot(host)[0]
+    if models:
+        added = host.faults.hot_add_with_firmware(slot, MISMATCHED_FIRMWARE).details["bdf"]
+    else:
+        added = host.hot_add(slot, kind=FAILING_KIND).bdf
+    end = wait_procedure_end(runtime, mark, "hot_add", added)
+    steps = _steps(procedure_run(runtime, mark, "hot_add", added))
     assert end["data"]["status"] == "failed", f"the self-check passed despite the firmware mismatch: {steps}"
     assert end["data"].get("failed_step") == "firmware", f"failed step not named firmware: {end['data']}"
-    firmware = [e for e in procedure_run(runtime, mark, "hot_add", added.bdf)
-                if e["data"]["step"] == "firmware"]
+    firmware = [e for e in procedure_run(runtime, mark, "hot_add", added) if e["data"]["step"] == "firmware"]
     assert firmware and firmware[-1]["data"]["status"] == "failed", steps
     assert not [s for s, _ in steps if s in ("mmio", "interrupts", "join_pool")], (
         f"steps ran after the failed firmware step: {steps}")
 
-    moves = health_moves(runtime, mark, added.bdf)
+    moves = health_moves(runtime, mark, added)
     assert moves == [("DISCOVERED", "FAULTED")], f"health moves of the failing device: {moves}"
-    cause = transitions_of(runtime, mark, added.bdf)[-1]["data"]["cause"]
+    cause = transitions_of(runtime, mark, added)[-1]["data"]["cause"]
     assert "firmware" in cause, f"the FAULTED transition does not name the failed step: {cause!r}"
 
-    runtime.call("health_poll", {"device": added.bdf}, timeout_s=20)
-    record = runtime.call("device", {"device": added.bdf})
+    runtime.call("health_poll", {"device": added}, timeout_s=20)
+    record = runtime.call("device", {"device": added})
     assert (record["state"], record["in_pool"], record["lease"]) == ("FAULTED", False, None), record
-    by_device = refused(lambda: allocate(runtime, device=added.bdf, holder="life02", ttl_s=60))
+    by_device = refused(lambda: allocate(runtime, device=added, holder="life02", ttl_s=60))
     assert by_device is not None and by_device.code == "NOT_HEALTHY", f"allocate by device: {by_device!r}"
-    by_class = refused(lambda: allocate(runtime, **{"class": ids}, holder="life02", ttl_s=60))
-    assert by_class is not None and by_class.code == "INSUFFICIENT_DEVICES", f"by class: {by_class!r}"
+    # One more than the healthy devices of these IDs: granted only if the failing one counts.
+    count = 1 + sum(1 for d in boot if _ids(d) == ids and expected_boot[d["device"]] == "HEALTHY")
+    by_class = refused(lambda: allocate(runtime, **{"class": ids}, count=count, holder="life02", ttl_s=60))
+    assert by_class is not None and by_class.code == "INSUFFICIENT_DEVICES", (
+        f"allocating {count} of class {ids} ({count - 1} healthy besides {added}): {by_class!r}")
     assert runtime.call("leases")["leases"] == []
 
     inventory = runtime.call("inventory")["devices"]
-    assert {d["device"]: d["state"] for d in inventory if d["device"] != added.bdf} == expected_boot
-    in_pool = [d["device"] for d in inventory if d["in_pool"] and _ids(d) == ids]
+    assert {d["device"]: d["state"] for d in inventory if d["device"] != added} == expected_boot
+    failing = {added} | {bdf for bdf, state in expected_boot.items() if state == "FAULTED"}
+    in_pool = [d["device"] for d in inventory if d["in_pool"] and d["device"] in failing]
     assert not in_pool, f"devices failing the firmware step are in the pool: {in_pool}"
     flush(runtime)
     checker.feed_all(runtime.events(mark))
     checker.assert_clean()
-    assert health_moves(runtime, mark, added.bdf) == [("DISCOVERED", "FAULTED")]
+    assert health_moves(runtime, mark, added) == [("DISCOVERED", "FAULTED")]
+
+
+def _hot_adds_models(profile) -> bool:
+    """Whether the profile's empty slots take device models (then the failing device is a model)."""
+    accepts = [profile.kind(s.accepts) for s in profile.slots if not s.populated]
+    return bool(accepts) and all(k.model for k in accepts)
 
 
 def _ids(record: dict) -> str:

@@ -89,6 +89,19 @@ def link_findings(bdf: str, record: dict, minimum) -> list[LinkFinding]:
     return out
 
 
+def link_disagreement(bdf: str, record: dict, inventory: dict[str, dict]) -> str | None:
+    """Why the runtime's reported link differs from the sysfs record, or None when they agree."""
+    if bdf not in inventory:
+        return f"{bdf}: the runtime does not list it"
+    link = inventory[bdf].get("info", {}).get("link") or {}
+    runtime_view = (link.get("speed_gts"), link.get("width"))
+    sysfs_view = (gts(record.get("current_link_speed")), width(record.get("current_link_width")))
+    if runtime_view != sysfs_view:
+        return (f"{bdf}: runtime reports {runtime_view[0]} GT/s x{runtime_view[1]}, "
+                f"sysfs says {sysfs_view[0]} GT/s x{sysfs_view[1]}")
+    return None
+
+
 def failing(findings: list[LinkFinding]) -> list[LinkFinding]:
     threshold = severity_rank(LINK_SEVERITY["fail_at"])
     return [f for f in findings if severity_rank(f.severity) >= threshold]
