@@ -20,6 +20,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hilconform.emulators.errors import ProfileError
+from hilconform.emulators.profile import load_profile
+
 from . import allure_files, certificate, html_report
 from .run_folder import RunFolder
 from .verdicts import clause_verdict
@@ -72,12 +75,22 @@ def _suite_paths(options: CertifyOptions) -> list[str]:
     if unknown:
         raise CertifyError(f"unknown suite {', '.join(map(repr, unknown))} (known: {', '.join(known)})")
     # Default: every area but smoke (test-bed checks, no clause); `real` only for real hosts, except its
-    # emulated twins (REAL-01 on device models; they skip with the reason on stock-device hosts).
+    # emulated twins (REAL-01 on device models) on hosts that serve models: on stock-device hosts they
+    # would only skip, making every such run "partial".
     real = options.host.startswith("real:")
     skipped = {"smoke"} | (set() if real else {"real"})
     chosen = options.suites or [s for s in known if s not in skipped]
-    twins = [] if real or options.suites else sorted(SUITES.glob(EMULATED_TWINS))
-    return [f"suites/{s}" for s in chosen] + [str(t.relative_to(CHECKOUT)) for t in twins]
+    twins = [] if real or options.suites or not _serves_models(options.host) else SUITES.glob(EMULATED_TWINS)
+    return [f"suites/{s}" for s in chosen] + sorted(str(t.relative_to(CHECKOUT)) for t in twins)
+
+
+def _serves_models(host: str) -> bool:
+    """Whether an emulated host's profile puts device models in its slots (an unknown name: False,
+    and the collect step reports it). Reads the profile's TOML only."""
+    try:
+        return load_profile(host.partition(":")[2]).uses_models
+    except ProfileError:
+        return False
 
 
 def collect_scope(options: CertifyOptions, paths: list[str]) -> dict:

@@ -34,9 +34,10 @@ def test_model_links_meet_the_real_cards_minimum(host_spec, request):
     inventory = {d["device"]: d for d in host.settled_inventory()["devices"]}
     findings, disagreements, minima = [], [], {}
     for model in models:
-        minima[model.bdf] = str(real_minimum(model.ids))
+        minimum = real_minimum(model.ids)
+        minima[model.bdf] = str(minimum)
         record = guest_link_record(host, model.bdf)
-        findings += link_findings(model.bdf, record, real_minimum(model.ids))
+        findings += link_findings(model.bdf, record, minimum)
         why = link_disagreement(model.bdf, record, inventory)
         if why:
             disagreements.append(why)

@@ -104,10 +104,12 @@ def test_real01_twin_fails_a_runtime_that_misreports_the_link(tmp_path):
                        "16.0 GT/s x16, sysfs says 5.0 GT/s x8")
 
 
-def test_certify_of_an_emulated_host_covers_real01_through_the_twin():
+def test_certify_of_a_model_host_covers_real01_through_the_twin():
     options = CertifyOptions(host=f"emulated:{MODEL_HOST}", clauses=["REAL-01"])
     scope = collect_scope(options, _suite_paths(options))
     twin = "suites/real/test_real01_model_link.py::"
     assert scope["tests"] == [f"{twin}test_model_links_meet_the_real_cards_minimum", REAL01_DEGRADED]
     real = CertifyOptions(host="real:local", clauses=["REAL-01"])
     assert "suites/real" in _suite_paths(real) and not any("model" in p for p in _suite_paths(real))
+    stock = _suite_paths(CertifyOptions(host="emulated:a100-stock"))  # the twin would only skip there
+    assert "suites/real" not in stock and not any("model" in p for p in stock), stock
