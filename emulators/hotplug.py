@@ -38,8 +38,10 @@ class Removal:
 
 
 def hot_add(vm, slot_name: str, kind_name: str | None = None,
-            device_id: str | None = None) -> HotAdd:
-    """device_add a stand-in into an empty slot; check QEMU shows it below the port."""
+            device_id: str | None = None, serial_number: int | None = None) -> HotAdd:
+    """device_add a stand-in into an empty slot; check QEMU shows it below the port.
+
+    `serial_number`: for a device model, the DSN of the unit added (default: the slot's own)."""
     slot = vm.profile.slot(slot_name)
     kind = vm.profile.kind(kind_name or slot.accepts)
     if kind.model:  # a device model: its vfio-user server must listen before device_add
@@ -47,7 +49,9 @@ def hot_add(vm, slot_name: str, kind_name: str | None = None,
         if kind.name != slot.accepts:
             raise FaultError(f"hot-add: slot {slot_name} accepts {slot.accepts}; a model is served "
                              f"only where the profile puts it (not {kind.name})")
-        return hot_add_model(vm, slot_name, device_id)
+        return hot_add_model(vm, slot_name, device_id, serial_number=serial_number)
+    if serial_number is not None:
+        raise FaultError(f"hot-add: {kind.name} in slot {slot_name} takes no serial number (models only)")
     functions = query_pci(vm.qmp)
     bdf = function_below(functions, slot.port_id)
     if bdf is None:

@@ -28,12 +28,12 @@ class DeviceStats:
 
 
 class ModelDevice:
-    def __init__(self, model: DeviceModel, instance: str, serial_suffix: int = 0):
+    def __init__(self, model: DeviceModel, instance: str, serial_number: int | None = None):
         self.model = model
         self.instance = instance
         self.lock = threading.RLock()
         self.stats = DeviceStats()
-        self.config = ConfigSpace(model, model.serial_number + serial_suffix, on_flr=self._flr)
+        self.config = ConfigSpace(model, serial_number, on_flr=self._flr)  # None: the model file's
         self.queue = CommandQueue(model.queue_depth, model.queue_service_us / 1e6)
         self.registers = RegisterFile(model, self.queue)
         self.fallen_off = False

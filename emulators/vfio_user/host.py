@@ -22,13 +22,19 @@ class ModelHost:
         self.supervisor = Supervisor(hung_after_s=hung_after_s)
 
     def serve(self, slot: str, model_name: str, socket_path: Path,
-              device_id: str | None = None) -> ModelServer:
-        """Start serving `model_name` for `slot` on `socket_path` (watched, policy 'leave')."""
+              device_id: str | None = None, serial_number: int | None = None) -> ModelServer:
+        """Start serving `model_name` for `slot` on `socket_path` (watched, policy 'leave').
+
+        `serial_number` (the DSN) names the unit; by default the slot's own unit: the same
+        number each time the slot is served, as when a card is pulled and put back."""
         if slot in self.servers:
             raise ValueError(f"slot {slot!r} already has a model server (release it first)")
         model = load_model(model_name)
-        # Each instance gets its own serial number (DSN), as two real cards would.
-        device = ModelDevice(model, device_id or slot, serial_suffix=zlib.crc32(slot.encode()) & 0xFFFF)
+        if serial_number is None:  # each slot's unit its own DSN, as two real cards have
+            serial_number = model.serial_number + (zlib.crc32(slot.encode()) & 0xFFFF)
+        if not 0 <= serial_number < 1 << 64:
+            raise ValueError(f"serial number {serial_number:#x} does not fit the DSN's 64 bits")
+        device = ModelDevice(model, device_id or slot, serial_number)
         server = ModelServer(device, socket_path)
         try:
             server.start()

@@ -22,11 +22,13 @@ from ..qemu_command import model_socket, stand_in_device
 
 
 def hot_add_model(vm, slot_name: str, device_id: str | None = None,
-                  firmware_version: str | None = None) -> HotAdd:
+                  firmware_version: str | None = None, serial_number: int | None = None) -> HotAdd:
     """Serve the model the slot accepts and device_add it; check QEMU lists it below the port.
 
     `firmware_version` ("MAJOR.MINOR.PATCH"): the new card's firmware register reports it
     from the start (a firmware mismatch armed before the card appears); ValueError if malformed.
+    `serial_number`: the new card's DSN (another unit of the same model); by default the slot's
+    own unit comes back.
     """
     slot = vm.profile.slot(slot_name)
     kind = vm.profile.kind(slot.accepts)
@@ -41,7 +43,8 @@ def hot_add_model(vm, slot_name: str, device_id: str | None = None,
         raise FaultError(f"hot-add model: slot {slot_name} is occupied by {occupant.qdev_id or bdf}")
     device_id = device_id or f"{slot_name}-{kind.model}"
     vm.models.release(slot_name)  # a server left from an earlier occupant of the slot
-    server = vm.models.serve(slot_name, kind.model, model_socket(vm.layout, slot_name), device_id)
+    server = vm.models.serve(slot_name, kind.model, model_socket(vm.layout, slot_name), device_id,
+                             serial_number)
     if firmware_version is not None:
         try:
             server.device.set_firmware_version(firmware_version)

@@ -7,7 +7,8 @@ not by the runtime's own naming. "In place" means a different unit appears at a
 location without the runtime having seen an orderly removal there: a removal without
 warning (ACPI hot-plug) followed by a unit with another serial number in the same slot,
 or a swap while the runtime was not running. A re-add of the same unit is not a change
-and must not be flagged.
+and must not be flagged. A unit's serial number is the nvme stand-in's `serial` property,
+or a device model's Device Serial Number (DSN capability), as a real card's.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def _flagged(host) -> list[str]:
 def _serial_slots(host, count: int) -> list:
     """`count` populated slots whose stand-in carries a serial number (skip when too few)."""
     slots = [s for s in host.profile.slots
-             if s.populated and host.profile.kind(s.device).queue == "nbd"]
+             if s.populated and (host.profile.kind(s.device).queue == "nbd"
+                                 or host.profile.kind(s.device).model)]
     if len(slots) < count:
         pytest.skip(f"profile {host.profile.name} has fewer than {count} stand-ins with a serial "
                     "number (QEMU's edu device has neither serial nor DSN: its identity is its slot)")
@@ -115,16 +117,35 @@ def test_fingerprints_survive_runtime_restart_and_guest_reboot(host_factory):
     assert _flagged(host) == [], "a guest reboot flagged unchanged devices as changed in place"
 
 
+def _dsn_text(serial_number: int) -> str:
+    """A DSN as the protocol reports it (most significant byte first, as lspci shows it)."""
+    return "-".join(f"{b:02x}" for b in serial_number.to_bytes(8, "big"))
+
+
 class InPlace:
-    """One slot whose unit the test replaces; tracks QEMU's current device id and serial."""
+    """One slot whose unit the test replaces; tracks QEMU's current device id and serial
+    (an nvme stand-in's `serial` string, or a device model's DSN number)."""
 
     def __init__(self, host, slot):
         self.host, self.slot = host, slot
         self.qdev_id = slot.name
-        self.drive = _qom(host, slot.name, "drive")
-        self.serial = _qom(host, slot.name, "serial")
+        self.is_model = bool(host.profile.kind(slot.device).model)
+        if self.is_model:
+            self.drive, self.serial = None, host.vm.models.device(slot.name).config.serial_number
+        else:
+            self.drive, self.serial = _qom(host, slot.name, "drive"), _qom(host, slot.name, "serial")
         self.bdf = bdf_in_slot(host, slot.name)
         self.units = 0
+
+    def reported(self, record: dict):
+        """The unit's serial as the runtime's record shows it."""
+        if self.is_model:
+            return record["info"]["capabilities"].get("dsn")
+        return record["info"]["serial"]
+
+    @property
+    def expected(self):
+        return _dsn_text(self.serial) if self.is_model else self.serial
 
     def remove(self, runtime, quiet: bool = True) -> dict:
         """Remove the slot's unit (on an ACPI host: without warning); the runtime's `removed`."""
@@ -139,9 +160,14 @@ class InPlace:
         self.units += 1
         self.qdev_id = f"{self.slot.name}-unit{self.units}"
         self.serial = serial or self.serial
-        _add_unit(self.host, self.slot, self.qdev_id, self.drive, self.serial)
+        if self.is_model:
+            self.host.hot_add(self.slot.name, device_id=self.qdev_id, serial_number=self.serial)
+        else:
+            _add_unit(self.host, self.slot, self.qdev_id, self.drive, self.serial)
 
-    def other_serial(self) -> str:
+    def other_serial(self) -> str | int:
+        if self.is_model:  # another unit of the same model: the DSN's unit number differs
+            return self.serial ^ ((self.units + 1) << 24)
         return f"{self.slot.name.upper()}-OTHER{self.units + 1}"[:20]
 
 
@@ -150,11 +176,11 @@ def _await_flag(runtime, unit: InPlace, mark: int) -> str | None:
     try:
         event = runtime.wait_event("identity_changed", mark, IDENTITY_TIMEOUT_S,
                                    match=lambda d: d["device"] == unit.bdf,
-                                   what=f"identity_changed for {unit.bdf} (new serial {unit.serial})")
+                                   what=f"identity_changed for {unit.bdf} (new serial {unit.expected})")
     except AssertionError as exc:
         record = runtime.call("device", {"device": unit.bdf})
         return (f"{exc}; its record: identity_changed={record['identity_changed']}, "
-                f"serial={record['info']['serial']!r}, basis={record['info']['identity_basis']!r}")
+                f"serial={unit.reported(record)!r}, basis={record['info']['identity_basis']!r}")
     record = runtime.call("device", {"device": unit.bdf})
     if record["identity_changed"] is not True:
         return f"identity_changed event sent for {unit.bdf} but its record is not flagged"
@@ -193,9 +219,9 @@ def test_identity_change_in_place_is_flagged(host_factory):
     wait_discovered(runtime, a.bdf, mark)
     wait_settled(runtime, a.bdf, mark)
     record = runtime.call("device", {"device": a.bdf})
-    if record["info"]["serial"] != a.serial:
+    if a.reported(record) != a.expected:
         problems.append(f"case 1: runtime never read the serial of the re-added unit in {a.slot.name}: "
-                        f"{record['info']['serial']!r}")
+                        f"{a.reported(record)!r}, expected {a.expected!r}")
     if record["identity_changed"] or any(e["data"]["device"] == a.bdf
                                          for e in runtime.events(mark, "identity_changed")):
         problems.append(f"case 1: re-adding the same unit to {a.slot.name} was flagged as a change")

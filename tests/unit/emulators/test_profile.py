@@ -8,7 +8,7 @@ from hilconform.emulators.errors import ProfileError
 from hilconform.emulators.profile import PROFILE_DIR, available_profiles, load_profile
 
 # Device-model hosts and their stock-device variants (nvme/edu stand-ins under their own names).
-EXPECTED_SLOTS = {"a100": (2, 1), "t4": (2, 1), "fpga": (2, 1), "mixed": (2, 0),
+EXPECTED_SLOTS = {"a100": (2, 2), "t4": (2, 1), "fpga": (2, 1), "mixed": (2, 0),
                   "a100-stock": (4, 2), "t4-stock": (2, 1), "fpga-stock": (2, 1)}
 
 
