@@ -27,6 +27,7 @@ from .profile import HostProfile
 from .qemu_command import build_argv, model_socket
 from .qmp_session import QmpSession
 from .toolchain import qemu_binary_for, qemu_version
+from .vfio_user import guest_driver
 from .vfio_user.host import ModelHost
 
 _live_vms: weakref.WeakSet[EmulatedVM] = weakref.WeakSet()
@@ -93,6 +94,7 @@ class EmulatedVM:
                 self.ssh_port = free_loopback_port()
             argv = build_argv(self.qemu_binary, self.profile, self.image, self.layout, self.accel,
                               ssh_forward_port=self.ssh_port)
+            argv = guest_driver.with_iommu(argv, self.profile)  # a model's guest driver may need one
             if self.allow_reboot:
                 argv.remove("-no-reboot")
             (self.layout.folder / "qemu.argv.json").write_text(json.dumps(argv, indent=1))
@@ -105,6 +107,7 @@ class EmulatedVM:
             self.agent = GuestAgent(self.layout.agent_socket)
             self.agent.wait_ready(ready_timeout_s, alive=self.check_alive)
             self.timings["guest_ready_s"] = time.monotonic() - started
+            guest_driver.check_bound(self)  # each cold-plugged model has the driver it names
         except BaseException:
             self.stop()
             raise
@@ -117,6 +120,7 @@ class EmulatedVM:
             (share / "runtime.toml").write_text(self.runtime_config)
         if self.runtime_module:
             (share / "runtime.module").write_text(self.runtime_module + "\n")
+        guest_driver.write_share(share, self.profile)
         if self.ssh_authorized_key is not None:
             (share / "ssh").mkdir()
             (share / "ssh" / "authorized_keys").write_text(self.ssh_authorized_key.strip() + "\n")

@@ -14,11 +14,13 @@ mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,ro hilconform_run /opt
     || log "no hilconform_run share"
 
 # Drivers for the chipset's own SATA/SMBus/watchdog and for nested virtualisation
-# cost seconds under TCG and serve nothing here: keep udev from loading them.
+# cost seconds under TCG and serve nothing here: keep udev from loading them. nouveau
+# probes an NVIDIA device model and fails noisily; a lab host running nvidia.ko
+# blacklists it too.
 mkdir -p /run/modprobe.d
 for m in ahci libahci libata i2c_i801 lpc_ich iTCO_wdt iTCO_vendor_support kvm kvm_amd \
          kvm_intel powernow_k8 pcspkr serio_raw psmouse evdev joydev floppy sg sr_mod \
-         i2c_smbus edac_mce_amd ccp k10temp; do
+         i2c_smbus edac_mce_amd ccp k10temp nouveau; do
     echo "blacklist $m"
 done > /run/modprobe.d/hilconform.conf
 
@@ -28,6 +30,11 @@ udevadm trigger --type=devices --action=add --subsystem-match=pci --subsystem-ma
     --subsystem-match=virtio-ports --subsystem-match=block --subsystem-match=nvme \
     --subsystem-match=pci_bus --subsystem-match=pcie_port
 udevadm settle --timeout=30 || log "udev did not settle in 30 s"
+
+# The drivers the host's device models name (what the lab's stack binds), before the agent
+# and the runtime start, so both see the cards bound; hot-added cards get a udev rule.
+guest_drivers=/opt/hilconform/run/guest-drivers
+[ -f "$guest_drivers" ] && /bin/sh /opt/hilconform/src/vm-images/guest-drivers.sh setup "$guest_drivers"
 
 qga_port=/dev/virtio-ports/org.qemu.guest_agent.0
 for _ in $(seq 100); do [ -e "$qga_port" ] && break; sleep 0.1; done

@@ -3,8 +3,9 @@
 A model file (emulators/models/<name>.toml) gives the identity a guest sees
 (IDs, class, revision, subsystem), the BAR layout, where each capability sits
 in configuration space, the PCIe link the card is capable of, its firmware
-(and, for FPGAs, shell) version and its command queue. Every error names the
-file and the field, so a bad model never reaches QEMU.
+(and, for FPGAs, shell) version, its command queue and the Linux driver the lab's
+stack would bind to it (`guest_driver`, bound in the emulated guest: guest_driver.py).
+Every error names the file and the field, so a bad model never reaches QEMU.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from ..errors import InfrastructureError
 from ..toml_file import read_toml
+from .guest_driver import guest_drivers
 
 MODEL_DIR = Path(__file__).resolve().parent.parent / "models"
 BAR_KINDS = ("mem32", "mem64")
@@ -106,6 +108,7 @@ class DeviceModel:
     shell: Version | None  # FPGA: a programmed shell that survives a guest reboot
     queue_depth: int
     queue_service_us: int
+    guest_driver: str | None = None  # the Linux driver the lab's stack binds (guest_drivers.toml)
 
     @property
     def ids(self) -> str:
@@ -245,7 +248,15 @@ class _ModelReader:
             shell=self.version(shell, "version", "shell") if shell is not None else None,
             queue_depth=depth,
             queue_service_us=service_us,
+            guest_driver=self.read_guest_driver(),
         )
+
+    def read_guest_driver(self) -> str | None:
+        name = self.get(self.table, "guest_driver", str, "", None)
+        if name is not None and name not in guest_drivers():
+            raise self.fail("guest_driver", f"unknown guest driver {name!r} "
+                                            f"(known: {', '.join(sorted(guest_drivers()))})")
+        return name
 
     def read_bars(self) -> tuple[Bar, ...]:
         raw_bars = self.get(self.table, "bars", list, "")

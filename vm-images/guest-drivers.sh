@@ -1,0 +1,71 @@
+#!/bin/sh
+# Bind the Linux drivers the host's device models name (what the lab's stack would bind),
+# as emulators/vfio_user/guest_driver.py wrote them into the run share:
+#   module NAME [OPTION...]      modprobe, in order
+#   bind VENDOR DEVICE DRIVER    bind every such card now, and each hot-added one (udev rule)
+#
+#   guest-drivers.sh setup FILE      at boot (guest-init.sh), before the agent and the runtime
+#   guest-drivers.sh bind BDF DRIVER one card, by hand
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+log() { echo "hilconform-init: guest-drivers: $*" > /dev/console; }
+RULES=/run/udev/rules.d/70-hilconform-guest-drivers.rules
+
+bind_one() {
+    bdf=$1 driver=$2 dev=/sys/bus/pci/devices/$1
+    [ -e "$dev" ] || { log "$bdf: no such PCI device"; return 1; }
+    if [ -e "$dev/driver" ]; then
+        have=$(basename "$(readlink "$dev/driver")")
+        [ "$have" = "$driver" ] && return 0
+        log "$bdf: held by $have, not binding $driver"
+        return 1
+    fi
+    # Memory decoding on, as the lab's stack has it once it opens the card: nothing enables a
+    # hot-added card, and with a driver bound the kernel refuses this write (EBUSY).
+    [ "$(cat "$dev/enable")" != 0 ] || echo 1 > "$dev/enable" || log "$bdf: enable failed"
+    echo "$driver" > "$dev/driver_override"
+    echo "$bdf" > /sys/bus/pci/drivers_probe 2>/dev/null
+    if [ "$(basename "$(readlink "$dev/driver" 2>/dev/null)")" = "$driver" ]; then
+        log "$bdf bound to $driver"
+    else
+        log "$bdf: $driver did not bind (dmesg: $(dmesg | grep "$bdf" | tail -n 1))"
+        return 1
+    fi
+}
+
+setup() {
+    mkdir -p "$(dirname "$RULES")"
+    : > "$RULES"
+    binds=
+    while read -r verb a b c rest; do
+        case "$verb" in
+            module)
+                # shellcheck disable=SC2086  # options are separate words
+                modprobe "$a" $b $c $rest || log "modprobe $a failed"
+                ;;
+            bind)
+                # In udev itself (no program to start: the runtime hears of the card only after
+                # its rules ran), as bind_one does: decoding on, then the driver.
+                match="ACTION==\"add\", SUBSYSTEM==\"pci\", ATTR{vendor}==\"0x$a\", ATTR{device}==\"0x$b\", TEST!=\"driver\""
+                echo "$match, ATTR{enable}==\"0\", ATTR{enable}=\"1\"" >> "$RULES"
+                echo "$match, ATTR{driver_override}=\"$c\", ATTR{[drivers/pci:$c]bind}=\"\$kernel\"" >> "$RULES"
+                binds="$binds $a:$b:$c"
+                ;;
+            ''|'#'*) ;;
+            *) log "unknown line: $verb $a $b $c $rest" ;;
+        esac
+    done < "$1"
+    udevadm control --reload || log "udev did not reload its rules"
+    for dev in /sys/bus/pci/devices/*; do
+        ids="$(sed 's/^0x//' "$dev/vendor"):$(sed 's/^0x//' "$dev/device")"
+        for entry in $binds; do
+            [ "${entry%:*}" = "$ids" ] && bind_one "${dev##*/}" "${entry##*:}"
+        done
+    done
+    return 0
+}
+
+case "$1" in
+    setup) setup "$2" ;;
+    bind) bind_one "$2" "$3" ;;
+    *) log "usage: $0 setup FILE | bind BDF DRIVER"; exit 2 ;;
+esac
