@@ -21,14 +21,15 @@ from ..pci_inventory import function_below, query_pci
 from ..qemu_command import model_socket, stand_in_device
 
 
-def hot_add_model(vm, slot_name: str, device_id: str | None = None,
-                  firmware_version: str | None = None, serial_number: int | None = None) -> HotAdd:
-    """Serve the model the slot accepts and device_add it; check QEMU lists it below the port.
+def serve_for_hot_add(vm, slot_name: str, device_id: str | None = None,
+                      firmware_version: str | None = None, serial_number: int | None = None) -> dict:
+    """Start the server of the model an empty slot accepts; the device_add properties for it.
 
-    `firmware_version` ("MAJOR.MINOR.PATCH"): the new card's firmware register reports it
-    from the start (a firmware mismatch armed before the card appears); ValueError if malformed.
-    `serial_number`: the new card's DSN (another unit of the same model); by default the slot's
-    own unit comes back.
+    The first half of `hot_add_model`, for callers that time the `device_add` themselves
+    (DISC-04's storm). `firmware_version` ("MAJOR.MINOR.PATCH"): the new card's firmware
+    register reports it from the start (a firmware mismatch armed before the card appears);
+    ValueError if malformed. `serial_number`: the new card's DSN (another unit of the same
+    model); by default the slot's own unit comes back.
     """
     slot = vm.profile.slot(slot_name)
     kind = vm.profile.kind(slot.accepts)
@@ -51,17 +52,26 @@ def hot_add_model(vm, slot_name: str, device_id: str | None = None,
         except ValueError:
             vm.models.release(slot_name)
             raise
-    props = stand_in_device(slot, kind, device_id, vm.layout)
+    return stand_in_device(slot, kind, device_id, vm.layout)
+
+
+def hot_add_model(vm, slot_name: str, device_id: str | None = None,
+                  firmware_version: str | None = None, serial_number: int | None = None) -> HotAdd:
+    """Serve the model the slot accepts and device_add it; check QEMU lists it below the port.
+    The arguments: `serve_for_hot_add`."""
+    props = serve_for_hot_add(vm, slot_name, device_id, firmware_version, serial_number)
     try:
         vm.qmp.execute("device_add", props)
     except BaseException:
         vm.models.release(slot_name)
         raise
     returned_ns = time.monotonic_ns()
-    if not any(f.qdev_id == device_id for f in query_pci(vm.qmp)):
+    functions = query_pci(vm.qmp)
+    if not any(f.qdev_id == props["id"] for f in functions):
         raise InfrastructureError(f"hot-add model: device_add {json.dumps(props)} returned but QEMU "
                                   "does not list it")
-    return HotAdd(slot_name, device_id, bdf, returned_ns)
+    bdf = function_below(functions, vm.profile.slot(slot_name).port_id)
+    return HotAdd(slot_name, props["id"], bdf, returned_ns)
 
 
 def release_model(vm, slot_name: str) -> None:

@@ -3,7 +3,8 @@
 
 The storm: QMP `device_add` of the slots' stand-in model into two empty slots, the
 second 120 ms after the first (a queue device gets a `null-co` block node made
-beforehand instead of its NBD queue: discovery does not look at the medium). 120 ms
+beforehand instead of its NBD queue: discovery does not look at the medium; a device
+model's server is started first, `host.serve_model`). 120 ms
 is well inside the window yet far longer than the runtime takes to handle one add, so a
 runtime that rebuilds per change, or whose window is much shorter than 200 ms, splits
 the storm instead of merging changes that merely queued up while it was busy.
@@ -52,7 +53,8 @@ STORM_DISK_BYTES = 64 << 20
 
 def _null_drive(host, slot) -> str | None:
     """A block node for a queue stand-in (None for devices without one), made before the storm."""
-    if host.profile.kind(slot.accepts).queue == "none":
+    kind = host.profile.kind(slot.accepts)
+    if kind.queue == "none" or kind.model:
         return None
     node = f"storm-{slot.name}-null"
     host.vm.qmp.execute("blockdev-add", {"driver": "null-co", "node-name": node, "size": STORM_DISK_BYTES})
@@ -66,7 +68,9 @@ def _inject_storm(host, slots, drives: dict, attempt: int) -> list[str]:
         kind = host.profile.kind(slot.accepts)
         device = {"driver": kind.qemu_driver, "id": f"storm{attempt}-{slot.name}",
                   "bus": slot.port_id, "addr": "0"}
-        if drives[slot.name]:
+        if kind.model:  # its server must listen before device_add
+            device = host.serve_model(slot.name, device["id"])
+        elif drives[slot.name]:
             device.update(drive=drives[slot.name], serial=f"S{attempt}-{slot.name.upper()}"[:20])
         props.append(device)
     returned_ns = []
