@@ -14,6 +14,7 @@ import re
 import time
 import tomllib
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -248,6 +249,42 @@ def foreign_kind(profile: HostProfile) -> DeviceKind | None:
         if kind.queue == "none" and kind_ids(kind) not in boot_ids(profile) and selects(profile, kind):
             return kind
     return None
+
+
+MISMATCHED_FIRMWARE = "0.0.1"  # what a hot-added failing model's firmware register reports
+
+
+@dataclass(frozen=True)
+class FailingAdd:
+    """How a host hot-adds a device that fails its self-check at the firmware step.
+
+    Stock hosts: a stand-in kind no boot device is, and a runtime config that expects
+    firmware 9.9 for its IDs (`config`). Device-model hosts: the model the empty slot
+    accepts, its firmware register armed to MISMATCHED_FIRMWARE before it appears, under
+    the host's own config (so it shares its IDs with the healthy boot devices).
+    """
+
+    kind: DeviceKind
+    config: dict
+
+    @property
+    def ids(self) -> str:
+        return kind_ids(self.kind)
+
+    def add(self, host, slot: str) -> str:
+        """Hot-add the failing device into the empty `slot`; its BDF."""
+        if self.kind.model:
+            return host.faults.hot_add_with_firmware(slot, MISMATCHED_FIRMWARE).details["bdf"]
+        return host.hot_add(slot, kind=self.kind.name).bdf
+
+
+def failing_add(profile: HostProfile) -> FailingAdd | None:
+    """The profile's way to hot-add a device that fails its self-check (None: it has none)."""
+    accepts = [profile.kind(s.accepts) for s in profile.slots if not s.populated]
+    if accepts and all(k.model for k in accepts):
+        return FailingAdd(accepts[0], {})
+    kind = foreign_kind(profile)
+    return None if kind is None else FailingAdd(kind, firmware_mismatch(kind_ids(kind)))
 
 
 def selects(profile: HostProfile, kind: DeviceKind) -> bool:

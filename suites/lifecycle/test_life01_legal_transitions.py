@@ -24,11 +24,9 @@ import pytest
 from lifecycle_support import (
     PROCEDURE_TIMEOUT_S,
     allocate,
-    firmware_mismatch,
+    failing_add,
     flush,
-    foreign_kind,
     inject_nonfatal,
-    kind_ids,
     require_empty_slot,
     runtime_config,
     settled_inventory,
@@ -59,8 +57,8 @@ FAILED_ADD_MOVES = {("DISCOVERED", "FAULTED"), ("FAULTED", "REMOVED")}
 
 def test_every_transition_of_a_mixed_workload_is_legal_and_complete(host_factory, request):
     profile = load_profile(host_factory.spec.name)
-    failing_kind = foreign_kind(profile)
-    changes = {**AER_POLICY, **(firmware_mismatch(kind_ids(failing_kind)) if failing_kind else {})}
+    failing = failing_add(profile)
+    changes = {**AER_POLICY, **(failing.config if failing else {})}
     host = host_factory.start(runtime_config=runtime_config(profile.name, changes))
     runtime = host.runtime
     checker, mark = subscribe_from_start(runtime)
@@ -104,16 +102,16 @@ def test_every_transition_of_a_mixed_workload_is_legal_and_complete(host_factory
     removed.append(added.bdf)
 
     # hot-add that fails its firmware step, then an attention-button removal (device_del)
-    if failing_kind is not None:
+    if failing is not None:
         step = runtime.mark()
-        failing = host.hot_add(slot, kind=failing_kind.name)
-        wait_procedure_end(runtime, step, "hot_add", failing.bdf)
-        assert wait_state(runtime, failing.bdf, {"HEALTHY", "FAULTED"})["state"] == "FAULTED"
+        failed = failing.add(host, slot)
+        wait_procedure_end(runtime, step, "hot_add", failed)
+        assert wait_state(runtime, failed, {"HEALTHY", "FAULTED"})["state"] == "FAULTED"
         step = runtime.mark()
         host.faults.remove_orderly(slot)
-        runtime.wait_event("removed", step, 20, match=lambda d: d["device"] == failing.bdf,
-                           what=f"removal of {failing.bdf}")
-        removed.append(failing.bdf)
+        runtime.wait_event("removed", step, 20, match=lambda d: d["device"] == failed,
+                           what=f"removal of {failed}")
+        removed.append(failed)
         required |= FAILED_ADD_MOVES
 
     # a requested reset of a healthy device

@@ -27,13 +27,11 @@ from lifecycle_support import (
     LeaseLedger,
     allocate,
     assert_leases_consistent,
-    firmware_mismatch,
+    failing_add,
     flush,
-    foreign_kind,
     free_devices,
     health_moves,
     inject_nonfatal,
-    kind_ids,
     refused,
     require_aer_recovery,
     require_empty_slot,
@@ -172,9 +170,9 @@ def test_racing_holders_never_share_a_device(host):
 
 
 # A recovered non-fatal error DEGRADES a device (policy; thresholds out of reach, so the
-# outcome does not hang on error counting, LIFE-05's business); a stand-in kind that no
-# boot device is (edu on a100/t4) reports firmware 1.0 where 9.9 is expected, so a
-# hot-added one fails its self-check: FAULTED.
+# outcome does not hang on error counting, LIFE-05's business); a hot-added device that
+# fails its self-check's firmware step (lifecycle_support.failing_add: edu where 9.9 is
+# expected on stock hosts, a model with a mismatched firmware register on model hosts) is FAULTED.
 DEGRADING_POLICY = {"aer": {"nonfatal_recovered": "DEGRADED", "degrade_weight": 1000.0,
                             "fault_weight": 1000.0, "reset_weight": 1000.0}}
 
@@ -182,11 +180,11 @@ DEGRADING_POLICY = {"aer": {"nonfatal_recovered": "DEGRADED", "degrade_weight": 
 @pytest.mark.destructive
 def test_allocating_a_device_that_is_not_healthy_is_refused(host_factory):
     profile = load_profile(host_factory.spec.name)
-    failing = foreign_kind(profile)
+    failing = failing_add(profile)
     if failing is None:
         pytest.skip(f"profile {profile.name}: every stand-in kind is a boot device's, no device can be "
                     f"made to fail its self-check alone")
-    changes = {**DEGRADING_POLICY, **firmware_mismatch(kind_ids(failing))}
+    changes = {**DEGRADING_POLICY, **failing.config}
     host = host_factory.start(runtime_config=runtime_config(profile.name, changes))
     runtime = host.runtime
     checker, mark = subscribe_live(runtime)
@@ -197,7 +195,7 @@ def test_allocating_a_device_that_is_not_healthy_is_refused(host_factory):
     ids = _ids(boot[0])
 
     inject_nonfatal(host, slot_of(host, degraded), degraded)
-    faulted = host.hot_add(require_empty_slot(host)[0], kind=failing.name).bdf
+    faulted = failing.add(host, require_empty_slot(host)[0])
     wait_procedure_end(runtime, mark, "hot_add", faulted)
     assert wait_state(runtime, degraded, {"DEGRADED", "FAULTED"})["state"] == "DEGRADED"
     assert wait_state(runtime, faulted, {"HEALTHY", "FAULTED"})["state"] == "FAULTED"
@@ -219,8 +217,14 @@ def test_allocating_a_device_that_is_not_healthy_is_refused(host_factory):
                                         holder="life03-other"))
     assert too_many is not None and too_many.code == "INSUFFICIENT_DEVICES", (
         f"{len(free) + 1} devices asked, only {free} are HEALTHY and free: {too_many!r}")
-    by_ids = refused(lambda: allocate(runtime, **{"class": kind_ids(failing)}, holder="life03-other"))
-    assert by_ids is not None and by_ids.code == "INSUFFICIENT_DEVICES", f"FAULTED one by class: {by_ids!r}"
+    # One more than the free HEALTHY devices of the failing IDs (none on a stock host, whose failing
+    # kind no boot device is): granted only if the FAULTED one counts.
+    same = 1 + sum(1 for bdf in free if _ids(runtime.call("device", {"device": bdf})) == failing.ids)
+    by_ids = refused(lambda: allocate(runtime, **{"class": failing.ids, "count": same},
+                                      holder="life03-other"))
+    assert by_ids is not None and by_ids.code == "INSUFFICIENT_DEVICES", (
+        f"{same} of class {failing.ids} ({same - 1} HEALTHY and free besides the FAULTED {faulted}): "
+        f"{by_ids!r}")
     leases = [x["lease"] for x in runtime.call("leases")["leases"]]
     assert leases == ([held["lease"]] if held else []), f"a refused request left a lease: {leases}"
     after = {d["device"]: (d["state"], d["lease"]) for d in runtime.call("inventory")["devices"]}
