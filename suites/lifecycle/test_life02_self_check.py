@@ -13,9 +13,10 @@ edu stand-in (1234:11e8) while the stand-in reports 1.0; an edu is hot-added (on
 fpga-stock profile the boot devices are edu too: they must have failed as well).
 Failing, device-model hosts: the runtime expects each model's own firmware (the
 profile's config) and the model the empty slot accepts is hot-added with its firmware
-register reporting another version, armed before QEMU can read it (a hot-add serves a
-fresh device, so the mismatch cannot be set on the slot beforehand, and setting it
-after the add would race the self-check); the boot models, same IDs, stay HEALTHY.
+register reporting another version (`lifecycle_support.failing_add`), armed before QEMU
+can read it (a hot-add serves a fresh device, so the mismatch cannot be set on the slot
+beforehand, and setting it after the add would race the self-check); the boot models,
+same IDs, stay HEALTHY.
 Either way the hot-added device must fail the `firmware` step (named in the end
 event), go DISCOVERED -> FAULTED without ever being HEALTHY, run no later step, and
 stay out of the pool (allocation by device refused, also after a health poll; by
@@ -28,6 +29,7 @@ from __future__ import annotations
 import pytest
 from lifecycle_support import (
     allocate,
+    failing_add,
     firmware_mismatch,
     flush,
     health_moves,
@@ -49,7 +51,6 @@ pytestmark = [pytest.mark.clause("LIFE-02"), pytest.mark.destructive]
 
 SELF_CHECK_STEPS = ("link_active", "firmware", "mmio", "interrupts")
 FAILING_KIND = "edu"  # stock hosts: its stand-in reports firmware 1.0, the runtime is told to expect 9.9
-MISMATCHED_FIRMWARE = "0.0.1"  # model hosts: what the hot-added model's firmware register reports
 
 
 def _steps(run: list[dict]) -> list[tuple[str, str]]:
@@ -108,10 +109,11 @@ def test_device_failing_its_self_check_stays_out_of_the_pool(host_factory):
     profile = load_profile(host_factory.spec.name)
     if all(s.populated for s in profile.slots):
         pytest.skip(f"profile {profile.name} has no empty hot-plug slot")
-    models = _hot_adds_models(profile)
+    failing_model = failing_add(profile)  # model hosts: a model armed with MISMATCHED_FIRMWARE
+    models = failing_model is not None and failing_model.kind.model
     if models:  # the profile's own config: the runtime expects each model's own firmware
         host = host_factory.start()
-        ids = kind_ids(profile.kind(profile.slot(require_empty_slot(host)[0]).accepts))
+        ids = failing_model.ids
     else:
         ids = kind_ids(profile.kind(FAILING_KIND))
         if not selects(profile, profile.kind(FAILING_KIND)):
@@ -128,10 +130,7 @@ def test_device_failing_its_self_check_stays_out_of_the_pool(host_factory):
         f"boot devices with IDs {ids} must fail the firmware step too, the others pass it")
 
     slot = require_empty_slot(host)[0]
-    if models:
-        added = host.faults.hot_add_with_firmware(slot, MISMATCHED_FIRMWARE).details["bdf"]
-    else:
-        added = host.hot_add(slot, kind=FAILING_KIND).bdf
+    added = failing_model.add(host, slot) if models else host.hot_add(slot, kind=FAILING_KIND).bdf
     end = wait_procedure_end(runtime, mark, "hot_add", added)
     steps = _steps(procedure_run(runtime, mark, "hot_add", added))
     assert end["data"]["status"] == "failed", f"the self-check passed despite the firmware mismatch: {steps}"
@@ -167,12 +166,6 @@ def test_device_failing_its_self_check_stays_out_of_the_pool(host_factory):
     checker.feed_all(runtime.events(mark))
     checker.assert_clean()
     assert health_moves(runtime, mark, added) == [("DISCOVERED", "FAULTED")]
-
-
-def _hot_adds_models(profile) -> bool:
-    """Whether the profile's empty slots take device models (then the failing device is a model)."""
-    accepts = [profile.kind(s.accepts) for s in profile.slots if not s.populated]
-    return bool(accepts) and all(k.model for k in accepts)
 
 
 def _ids(record: dict) -> str:
