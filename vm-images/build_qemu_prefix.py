@@ -2,7 +2,8 @@
 """Provide a QEMU with the vfio-user client (>= 10.1) for model-based hosts.
 
 * The system QEMU is used when it is new enough (nothing is built).
-* Debian 13: qemu-system-x86 from trixie-backports, installed with apt.
+* Debian 13: qemu-system-x86 from trixie-backports, installed with apt
+  (without Recommends: those add a GUI, GL and spice, ~1.1 GB, to a headless TCG QEMU).
 * Debian 12: a private prefix, vm-images/build/qemu-prefix/: the trixie-backports
   QEMU and the trixie libraries it loads, fetched with a private apt
   configuration (vm-images/build/qemu-apt/: own sources, lists, cache and an
@@ -11,21 +12,28 @@
   wrapper vm-images/build/qemu-prefix/qemu-system-x86_64.
 
 The stamp vm-images/build/qemu-prefix.stamp holds the recipe hash; the build is
-skipped while it matches. Standard library only (runs before the virtualenv).
+skipped while it matches (or while the system QEMU is new enough: no stamp needed).
+Standard library only (runs before the virtualenv), the full one: Debian's
+python3-minimal alone lacks shutil and tomllib.
 What to fetch is data: vm-images/qemu-prefix.toml.
 """
 
 from __future__ import annotations
 
-import argparse
-import hashlib
-import os
-import re
-import shutil
-import subprocess
 import sys
-import tomllib
-from pathlib import Path
+
+try:
+    import argparse
+    import hashlib
+    import os
+    import re
+    import shutil
+    import subprocess
+    import tomllib
+    from pathlib import Path
+except ImportError as missing:  # python3-minimal only: say what to install, not a traceback
+    sys.exit(f"qemu prefix: Python's standard library is incomplete ({missing}); "
+             "install it: apt-get install python3")
 
 HERE = Path(__file__).resolve().parent
 BUILD = HERE / "build"
@@ -77,28 +85,46 @@ def qemu_version(argv: list[str]) -> str | None:
     return match.group(1) if match else None
 
 
+def offers_vfio_user(argv: list[str]) -> bool:
+    """Whether this QEMU has the client device (a build may leave it out even when new enough)."""
+    try:
+        result = subprocess.run([*argv, "-device", "vfio-user-pci,help"], capture_output=True,
+                                text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0 and "socket=" in result.stdout
+
+
 def system_qemu_new_enough(minimum: str) -> str | None:
     """The system QEMU's version if it has the vfio-user client, else None."""
     path = shutil.which("qemu-system-x86_64")
     version = qemu_version([path]) if path else None
-    if version and version_tuple(version) >= version_tuple(minimum):
+    if version and version_tuple(version) >= version_tuple(minimum) and offers_vfio_user([path]):
         return version
     return None
 
 
-def debian_major() -> int:
+def debian_major(version_file: Path = Path("/etc/debian_version")) -> int:
+    """13 on trixie ("13.8"); 0 where there is no number (testing/sid: "forky/sid", not Debian)."""
     try:
-        return int(Path("/etc/debian_version").read_text().split(".")[0])
+        return int(version_file.read_text().split(".")[0])
     except (OSError, ValueError):
         return 0
 
 
+def way_to_get_qemu(system_version: str | None, major: int) -> str:
+    """How to get the QEMU: system (new enough), backports (Debian 13: apt), prefix (Debian 12, others)."""
+    if system_version:
+        return "system"
+    return "backports" if major >= 13 else "prefix"
+
+
 def up_to_date() -> bool:
-    if not STAMP.exists() or STAMP.read_text().strip() != recipe_hash():
-        return False
     minimum = recipe()["min_version"]
     if system_qemu_new_enough(minimum):
-        return True
+        return True  # whoever installed it, nothing to build: a user need not run this as root
+    if not STAMP.exists() or STAMP.read_text().strip() != recipe_hash():
+        return False
     version = qemu_version([str(WRAPPER)]) if WRAPPER.exists() else None
     return bool(version and version_tuple(version) >= version_tuple(minimum))
 
@@ -111,24 +137,46 @@ def run(argv: list[str]) -> str:
     return result.stdout
 
 
+def mirror_in_policy(policy: str) -> str | None:
+    """The Debian mirror of the host's own release in `apt-cache policy` (not security, not backports)."""
+    for line in policy.splitlines():
+        match = re.search(r"(https?://\S+/debian)/?\s+(\S+)/main\s", line)
+        if match and not re.search(r"security|backports", match.group(2)):
+            return match.group(1)
+    return None
+
+
 def mirror() -> str:
-    return os.environ.get("HILCONFORM_DEBIAN_MIRROR", MIRROR_DEFAULT).rstrip("/")
+    """HILCONFORM_DEBIAN_MIRROR, else the host apt's mirror (as the guest build), else deb.debian.org."""
+    if os.environ.get("HILCONFORM_DEBIAN_MIRROR"):
+        return os.environ["HILCONFORM_DEBIAN_MIRROR"].rstrip("/")
+    try:
+        policy = subprocess.run(["apt-cache", "policy"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        policy = ""
+    return mirror_in_policy(policy) or MIRROR_DEFAULT
+
+
+def backports_sources(cfg: dict, mirror_url: str) -> str:
+    """The deb822 sources file that enables the release the packages come from."""
+    return (f"Types: deb\nURIs: {mirror_url}\nSuites: {cfg['release']}\n"
+            f"Components: {' '.join(cfg['components'])}\nSigned-By: {KEYRING}\n")
+
+
+def backports_install_argv(cfg: dict) -> list[str]:
+    """apt-get install of the packages from the backports release, Depends only."""
+    return ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-qq",
+            "--no-install-recommends", "-t", cfg["release"], *cfg["packages"]]
 
 
 def install_from_backports(cfg: dict) -> None:
     """Debian 13: enable trixie-backports and install QEMU from it the ordinary way."""
     if os.geteuid() != 0:
         sys.exit("qemu prefix: installing QEMU from trixie-backports needs root: sudo make qemu-prefix")
-    sources = Path(cfg["trixie_backports_sources"])
-    sources.write_text(
-        f"Types: deb\nURIs: {mirror()}\nSuites: trixie-backports\nComponents: main\n"
-        f"Signed-By: {KEYRING}\n"
-    )
-    progress(f"installing {' '.join(cfg['packages'])} from trixie-backports")
+    Path(cfg["trixie_backports_sources"]).write_text(backports_sources(cfg, mirror()))
+    progress(f"installing {' '.join(cfg['packages'])} from {cfg['release']} (apt, no Recommends)")
     run(["apt-get", "update", "-qq"])
-    env_argv = ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "-qq",
-                "-t", cfg["release"], *cfg["packages"]]
-    run(env_argv)
+    run(backports_install_argv(cfg))
 
 
 def apt_argv(cfg: dict) -> list[str]:
@@ -203,9 +251,10 @@ def build() -> None:
     BUILD.mkdir(parents=True, exist_ok=True)
     minimum = cfg["min_version"]
     version = system_qemu_new_enough(minimum)
-    if version:
+    way = way_to_get_qemu(version, debian_major())
+    if way == "system":
         progress(f"system QEMU {version} has the vfio-user client; nothing to build")
-    elif debian_major() >= 13:
+    elif way == "backports":
         install_from_backports(cfg)
         version = system_qemu_new_enough(minimum)
     else:
