@@ -20,8 +20,10 @@ from __future__ import annotations
 import pytest
 from reset_support import (
     CALL_TIMEOUT_S,
+    device_when_settled,
     health_transitions,
     healthy_device,
+    slot_bdf,
     subscribe,
 )
 
@@ -36,6 +38,10 @@ def test_rst03_lost_config_detected_and_faulted(host, measurements):
     slot, bdf, _record = healthy_device(host, "config-loss")
     runtime = host.runtime
     poll_s = runtime.hello["config"]["health_poll_ms"] / 1000.0
+    others = [s for s in host.profile.slots if s.populated and s.name != slot
+              and "config-loss" in host.faults.slot_capabilities(s.name)]
+    for other_slot in others:  # boot self-checks over: a late DISCOVERED -> HEALTHY is not "after the loss"
+        device_when_settled(host, slot_bdf(host, other_slot.name))
     mark = subscribe(runtime)
 
     fault = host.faults.lose_config(slot)
@@ -60,8 +66,6 @@ def test_rst03_lost_config_detected_and_faulted(host, measurements):
     assert not any(to == "HEALTHY" for _f, to, _c in path), f"reported HEALTHY after the loss: {path}"
     _allocate_refused(runtime, bdf, fault)
 
-    others = [s for s in host.profile.slots if s.populated and s.name != slot
-              and "config-loss" in host.faults.slot_capabilities(s.name)]
     if others:  # the race: a lease asked for before any poll has noticed
         other_fault = host.faults.lose_config(others[0].name)
         other = other_fault.details["bdf"]
