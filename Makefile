@@ -76,7 +76,7 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-image:
+image: setup
 	@if [ "$$(id -u)" != 0 ] && ! $(PYTHON) vm-images/build_guest.py --check; then \
 		echo "hilconform: the guest image needs building as root: sudo make image"; exit 1; fi
 	$(PYTHON) vm-images/build_guest.py
@@ -84,7 +84,7 @@ image:
 # QEMU >= 10.1 with the vfio-user client, for hosts whose accelerators are device models
 # (docs/device-models.md): the system's if new enough, else trixie-backports (Debian 13) or a
 # private prefix in vm-images/build/qemu-prefix (Debian 12; built once, ~30 s, stamped).
-qemu-prefix:
+qemu-prefix: setup
 	@if [ "$$(id -u)" != 0 ] && ! $(PYTHON) vm-images/build_qemu_prefix.py --check; then \
 		echo "hilconform: the vfio-user QEMU needs setting up as root: sudo make qemu-prefix"; exit 1; fi
 	$(PYTHON) vm-images/build_qemu_prefix.py
