@@ -141,8 +141,9 @@ def settle_state(runtime, bdf: str, timeout_s: float = EVENT_TIMEOUT_S) -> dict:
 
 
 def require_kernel_recovery(record: dict) -> None:
-    """Skip when no driver is bound (e.g. a device model): the kernel cannot recover the device
-    from a non-fatal error (FAILED_RECOVERY at once, no BEGIN_RECOVERY)."""
+    """Skip when no driver is bound (e.g. a device model whose file names no guest_driver): the
+    kernel cannot recover the device from a non-fatal error (FAILED_RECOVERY at once, no
+    BEGIN_RECOVERY)."""
     if record["info"].get("driver") is None:
         pytest.skip(f"{record['device']} has no driver bound: the kernel cannot recover it from a "
                     "non-fatal AER error, so recovered-error policies do not apply")
