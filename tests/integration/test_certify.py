@@ -126,8 +126,8 @@ def test_failing_clause_exits_1_and_the_certificate_names_it(tmp_path):
     assert result["status"] == "failed"
     attached = {a["name"] for a in result.get("attachments", [])}
     for name in ("console log", "QMP events", "guest dmesg", "runtime log", "runtime events"):
-        assert f"{name} (a100)" in attached, attached
-    events = next(a for a in result["attachments"] if a["name"] == "runtime events (a100)")
+        assert f"{name} (a100-stock)" in attached, attached
+    events = next(a for a in result["attachments"] if a["name"] == "runtime events (a100-stock)")
     assert '"event": "inventory_complete"' in (run.allure_results / events["source"]).read_text()
     suite = ET.parse(run.junit).getroot().find("testsuite")
     assert suite.get("failures") == "1"

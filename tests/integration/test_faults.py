@@ -69,7 +69,7 @@ def test_capabilities_follow_the_profile_and_hotplug_mode(profile, mode, has, la
 
 def test_require_names_the_capability_and_the_host():
     injector = FaultInjector(SimpleNamespace(profile=load_profile("fpga-stock")))
-    with pytest.raises(FaultError, match=r"queue-stall: host fpga \(native hot-plug\) lacks it"):
+    with pytest.raises(FaultError, match=r"queue-stall: host fpga-stock \(native hot-plug\) lacks it"):
         injector.require("queue-stall")
     with pytest.raises(FaultError, match="unknown fault capability 'warp'"):
         injector.require("warp")
