@@ -186,7 +186,7 @@ def hooks_for(info: DeviceInfo, config: dict | None = None) -> ClassHooks:
         raise ValueError("device classes 'firmware' must be a table of 'vvvv:dddd' = 'version'")
     driverless = DRIVERLESS_IDS | {str(i).lower() for i in config.get("driverless", [])}
     models = {str(i).lower() for i in config.get("models", [])}
-    if info.ids in models:  # no Linux driver binds a model: its registers are read directly
+    if info.ids in models:  # its registers are read directly (sysfs resource0), whatever driver is bound
         return ModelHooks(firmware_override=None, requires_driver=False)
     override = firmware.get(info.ids)
     kwargs = {
