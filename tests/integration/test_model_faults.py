@@ -6,26 +6,19 @@ from __future__ import annotations
 import time
 
 import pytest
+from model_vm import restoring_faults, running_vm
 
 from hilconform.emulators.errors import FaultError
-from hilconform.emulators.faults import FaultInjector
-from hilconform.emulators.profile import load_profile
-from hilconform.emulators.vm import EmulatedVM
 
 
 @pytest.fixture(scope="module")
 def vm():
-    machine = EmulatedVM(load_profile("a100")).start()
-    yield machine
-    machine.stop()
+    yield from running_vm("a100")
 
 
 @pytest.fixture
 def faults(vm):
-    vm.check_alive()
-    injector = FaultInjector(vm)
-    yield injector
-    injector.restore_all()
+    yield from restoring_faults(vm)
 
 
 def test_stall_is_verified_in_the_guest_and_resumes(vm, faults):

@@ -8,13 +8,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from model_vm import restoring_faults, running_vm
 
 from hilconform.emulators import hotplug
-from hilconform.emulators.faults import FaultInjector
 from hilconform.emulators.profile import available_profiles, load_profile
 from hilconform.emulators.vfio_user.guest_driver import bound_driver
 from hilconform.emulators.vfio_user.hot_add import release_model
-from hilconform.emulators.vm import EmulatedVM
 
 BIND_TIMEOUT_S = 10.0
 MAGIC = 0x43494C48
@@ -35,17 +34,12 @@ PROFILE, GPU_A, GPU_B, SPARE = _a100_model_profile()
 
 @pytest.fixture(scope="module")
 def vm():
-    machine = EmulatedVM(PROFILE).start()  # start() itself checks the cold-plugged models are bound
-    yield machine
-    machine.stop()
+    yield from running_vm(PROFILE)  # start() itself checks the cold-plugged models are bound
 
 
 @pytest.fixture
 def faults(vm):
-    vm.check_alive()
-    injector = FaultInjector(vm)
-    yield injector
-    injector.restore_all()
+    yield from restoring_faults(vm)
 
 
 def _bdf(faults, slot):

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from model_vm import running_vm
 
 from hilconform.emulators.hotplug import remove
 from hilconform.emulators.profile import load_profile
@@ -69,9 +70,7 @@ def wait_until(predicate, timeout_s: float, what: str, poll_s: float = 0.1):
 
 @pytest.fixture(scope="module")
 def vm():
-    machine = EmulatedVM(load_profile("a100")).start()
-    yield machine
-    machine.stop()
+    yield from running_vm("a100")
 
 
 @pytest.fixture

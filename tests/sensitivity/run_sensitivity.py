@@ -265,9 +265,11 @@ def exit_code(results: list[RunResult]) -> int:
 
 def environment(host: str, load_before: float) -> dict:
     """Where the table was measured; the 1-min load average before and after (timing clauses)."""
-    try:
-        from hilconform.emulators.toolchain import qemu_version
-        qemu = qemu_version()
+    try:  # the QEMU the host's VMs run on (the vfio-user one for a device-model host)
+        from hilconform.emulators.profile import load_profile
+        from hilconform.emulators.toolchain import qemu_binary_for, qemu_version
+        kind, _, name = host.partition(":")
+        qemu = qemu_version(qemu_binary_for(load_profile(name))) if kind == "emulated" else "none (real host)"
     except Exception as exc:  # noqa: BLE001 - the report says why instead
         qemu = f"unknown ({exc})"
     return {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "host": host, "qemu": qemu,
