@@ -182,8 +182,9 @@ def test_allocating_a_device_that_is_not_healthy_is_refused(host_factory):
     profile = load_profile(host_factory.spec.name)
     failing = failing_add(profile)
     if failing is None:
-        pytest.skip(f"profile {profile.name}: every stand-in kind is a boot device's, no device can be "
-                    f"made to fail its self-check alone")
+        why = ("it has no empty hot-plug slot" if all(sl.populated for sl in profile.slots)
+               else "every stand-in kind is a boot device's")
+        pytest.skip(f"profile {profile.name}: no device can be made to fail its self-check alone: {why}")
     changes = {**DEGRADING_POLICY, **failing.config}
     host = host_factory.start(runtime_config=runtime_config(profile.name, changes))
     runtime = host.runtime
