@@ -215,19 +215,27 @@ class ModelFaults(FaultsBase):
                                     timeout_s)
         return self._record(fault, resolved, requested_ns, injected_ns, {"magic": f"{regs['magic']:#x}"})
 
-    def mismatch_firmware(self, target: str, version: str | None = "0.0.1",
-                          timeout_s: float = STALL_TIMEOUT_S) -> FaultRecord:
-        """The firmware register reports `version` (None: the model's own); verified in the guest."""
-        fault = "firmware-mismatch"
+    def _turn_knob(self, fault: str, target: str, turn, slots: set[str], on: bool):
+        """Set one of a model's knobs: turn(device); a ValueError from the model becomes a FaultError
+        naming the fault; `slots` records the slot while the knob is on (restore_model_faults undoes
+        it). Returns (target, device, requested_ns, injected_ns)."""
         resolved = self._need_model(fault, target)
         device = self.vm.models.device(resolved.name)
         requested_ns = time.monotonic_ns()
         try:
-            device.set_firmware_version(version)
+            turn(device)
         except ValueError as exc:
             raise FaultError(f"{fault} at {target}: {exc}") from None
         injected_ns = time.monotonic_ns()
-        (self._firmware.add if version is not None else self._firmware.discard)(resolved.name)
+        (slots.add if on else slots.discard)(resolved.name)
+        return resolved, device, requested_ns, injected_ns
+
+    def mismatch_firmware(self, target: str, version: str | None = "0.0.1",
+                          timeout_s: float = STALL_TIMEOUT_S) -> FaultRecord:
+        """The firmware register reports `version` (None: the model's own); verified in the guest."""
+        fault = "firmware-mismatch"
+        resolved, device, requested_ns, injected_ns = self._turn_knob(
+            fault, target, lambda d: d.set_firmware_version(version), self._firmware, version is not None)
         want = device.registers.firmware_version
         self._wait_registers(fault, resolved, ("firmware_version",),
                              lambda r: r["firmware_version"] == want, f"firmware register {want:#x}",
@@ -252,9 +260,7 @@ class ModelFaults(FaultsBase):
         requested_ns = time.monotonic_ns()
         try:
             added = hot_add_model(self.vm, resolved.name, device_id, firmware_version=version)
-        except ValueError as exc:
-            raise FaultError(f"{fault} at {slot}: {exc}") from None
-        except QmpError as exc:
+        except (ValueError, QmpError) as exc:
             raise FaultError(f"{fault} at {slot}: {exc}") from None
         self._firmware.add(resolved.name)
         shown = self.vm.agent.run(["udevadm", "wait", f"--timeout={max(1, round(timeout_s))}",
@@ -277,29 +283,17 @@ class ModelFaults(FaultsBase):
         it. Takes effect at a reset, so nothing is visible in the guest until then; the guest-side
         effect is shown by tests/integration/test_model_faults.py."""
         fault = "reset-not-ready"
-        resolved = self._need_model(fault, target)
-        requested_ns = time.monotonic_ns()
-        try:
-            self.vm.models.device(resolved.name).delay_reset_ready(ready_after_s)
-        except ValueError as exc:
-            raise FaultError(f"{fault} at {target}: {exc}") from None
-        (self._slow_reset.add if ready_after_s else self._slow_reset.discard)(resolved.name)
-        return self._record(fault, resolved, requested_ns, time.monotonic_ns(),
-                            {"ready_after_s": ready_after_s})
+        resolved, _device, requested_ns, injected_ns = self._turn_knob(
+            fault, target, lambda d: d.delay_reset_ready(ready_after_s), self._slow_reset,
+            bool(ready_after_s))
+        return self._record(fault, resolved, requested_ns, injected_ns, {"ready_after_s": ready_after_s})
 
     def degrade_link(self, target: str, speed: str | None = "8", width: int | None = 8,
                      timeout_s: float = STALL_TIMEOUT_S) -> FaultRecord:
         """Link Status below the capability (None, None: trained at capability); verified by lspci."""
         fault = "link-degraded"
-        resolved = self._need_model(fault, target)
-        device = self.vm.models.device(resolved.name)
-        requested_ns = time.monotonic_ns()
-        try:
-            device.train_link(speed, width)
-        except ValueError as exc:
-            raise FaultError(f"{fault} at {target}: {exc}") from None
-        injected_ns = time.monotonic_ns()
-        (self._degraded.add if speed or width else self._degraded.discard)(resolved.name)
+        resolved, device, requested_ns, injected_ns = self._turn_knob(
+            fault, target, lambda d: d.train_link(speed, width), self._degraded, bool(speed or width))
         speed_code, got_width = device.config.link_status()
         bdf = resolved.device.bdf
 

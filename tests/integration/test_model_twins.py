@@ -17,12 +17,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from model_vm import restoring_faults, running_vm
 
 from hilconform.emulators.errors import FaultError
-from hilconform.emulators.faults import FaultInjector
-from hilconform.emulators.profile import load_profile
 from hilconform.emulators.vfio_user.model import load_model
-from hilconform.emulators.vm import EmulatedVM
 from hilconform.reports.certify import CertifyOptions, _suite_paths, collect_scope
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,17 +34,12 @@ REAL01_DEGRADED = ("suites/real/test_real01_model_link.py::"
 
 @pytest.fixture(scope="module")
 def vm():
-    machine = EmulatedVM(load_profile(MODEL_HOST)).start()
-    yield machine
-    machine.stop()
+    yield from running_vm(MODEL_HOST)
 
 
 @pytest.fixture
 def faults(vm):
-    vm.check_alive()
-    injector = FaultInjector(vm)
-    yield injector
-    injector.restore_all()
+    yield from restoring_faults(vm)
 
 
 def _firmware_register(faults, slot: str) -> int:
