@@ -2,19 +2,24 @@
 
 Unix socket paths are limited to ~107 bytes, so every VM gets a folder under
 a short root (``/tmp/hilc`` unless HILCONFORM_RUN_ROOT says otherwise). The
-folder records its owner's PID; folders whose owner is gone are stale (a
-crashed run) and are removed, after killing any child they recorded, before a
-new one is made.
+folder records its owner (``owner.pid``) and every child started for it
+(``pids/*.pid``), each with its process identity (process_identity.py).
+Folders whose owner is gone are stale (a crashed run) and are removed, after
+killing the recorded children that are provably still ours, before a new one
+is made. A PID whose identity does not match its record belongs to someone
+else now: it is never signalled, and an owner record that does not match
+counts as gone.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
 import sys
 import tempfile
 from pathlib import Path
+
+from .process_identity import PidRecord, kill_if_same, read_pid_file, write_pid_file
 
 OWNER_FILE = "owner.pid"
 PIDS_DIR = "pids"
@@ -26,37 +31,59 @@ def run_root() -> Path:
     return root
 
 
-def _pid_alive(pid: int) -> bool:
+def _owner_gone(owner: PidRecord) -> str | None:
+    """Why the folder's owner is gone, or None while it may still be running."""
+    if owner.identity is not None:
+        try:
+            return owner.identity.mismatch()
+        except OSError:
+            return None  # /proc cannot tell: not proved gone, so the folder stays
+    # An old-format owner.pid (a bare PID) proves nothing either way: a live PID keeps the
+    # folder, as before, since removing a running owner's sockets would break its run.
     try:
-        os.kill(pid, 0)
+        os.kill(owner.pid, 0)
     except ProcessLookupError:
-        return False
+        return f"no process {owner.pid}"
     except PermissionError:
-        return True
-    return True
+        pass
+    return None
+
+
+def _say(message: str) -> None:
+    print(f"hilconform: {message}", file=sys.stderr)
+
+
+def _end_recorded_children(folder: Path) -> None:
+    """SIGKILL each child recorded in folder/pids that is provably ours; say what was spared."""
+    for pid_file in sorted((folder / PIDS_DIR).glob("*.pid")):
+        name = pid_file.stem
+        try:
+            record = read_pid_file(pid_file)
+        except (OSError, ValueError) as exc:
+            _say(f"{folder}: {name} not killed: unreadable pid file ({exc})")
+            continue
+        why = record.mismatch() if record.identity is None else kill_if_same(record.identity)
+        if why is None:
+            _say(f"{folder}: killed {name} (PID {record.pid}, left running by a dead owner)")
+        else:
+            _say(f"{folder}: {name} not killed: {why}")
 
 
 def clean_stale(root: Path | None = None) -> list[Path]:
     """Remove folders left by runs whose owner died; return what was removed."""
     root = root or run_root()
     removed = []
-    for folder in root.iterdir():
-        owner = folder / OWNER_FILE
+    for folder in sorted(root.iterdir()):
         try:
-            pid = int(owner.read_text())
+            owner = read_pid_file(folder / OWNER_FILE)
         except (OSError, ValueError):
+            continue  # no owner file: kept on purpose (keep=True), or not one of ours
+        why_gone = _owner_gone(owner)
+        if why_gone is None:
             continue
-        if _pid_alive(pid):
-            continue
-        for pid_file in (folder / PIDS_DIR).glob("*.pid"):
-            try:
-                child = int(pid_file.read_text())
-                os.kill(child, signal.SIGKILL)
-            except (OSError, ValueError):
-                pass
+        _end_recorded_children(folder)
         shutil.rmtree(folder, ignore_errors=True)
-        print(f"hilconform: removed stale instance folder {folder} (owner {pid} gone)",
-              file=sys.stderr)
+        _say(f"removed stale instance folder {folder} (owner gone: {why_gone})")
         removed.append(folder)
     return removed
 
@@ -69,7 +96,7 @@ def make_instance_dir(label: str) -> Path:
     prefix = f"{label}-{worker}-" if worker else f"{label}-"
     folder = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
     (folder / PIDS_DIR).mkdir()
-    (folder / OWNER_FILE).write_text(f"{os.getpid()}\n")
+    write_pid_file(folder / OWNER_FILE, os.getpid())
     return folder
 
 

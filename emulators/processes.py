@@ -3,8 +3,9 @@
 Every QEMU, qemu-nbd or helper is started here: it gets PR_SET_PDEATHSIG so
 the kernel kills it if our process dies (a crashed pytest-xdist worker, a
 SIGKILL), its own session so a terminal's Ctrl-C reaches only us (we then stop
-it in order), and its PID is written to the instance folder so a later run
-can clean up after a machine crash.
+it in order), and its PID is recorded in the instance folder with its process
+identity (process_identity.py), so a later run can end it if it outlived a
+crashed owner, and can tell when that PID has since gone to someone else.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from .process_identity import write_pid_file
 
 _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -43,7 +46,9 @@ class ChildProcess:
             start_new_session=True,
         )
         self.pid_file = pid_dir / f"{name}.pid"
-        self.pid_file.write_text(f"{self.popen.pid}\n")
+        # Popen returns once the exec has succeeded, so /proc already shows the program
+        # itself; the start time that proves identity was fixed at fork anyway.
+        write_pid_file(self.pid_file, self.popen.pid)
 
     @property
     def pid(self) -> int:

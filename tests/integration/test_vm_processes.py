@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hilconform.emulators.errors import InfrastructureError
+from hilconform.emulators.process_identity import read_pid_file
 from hilconform.emulators.profile import load_profile
 from hilconform.emulators.vm import EmulatedVM
 
@@ -54,6 +55,9 @@ def test_stop_ends_every_process_and_removes_the_folder():
     vm = EmulatedVM(load_profile("t4-stock")).start()
     pids, folder = vm.pids, vm.layout.folder
     assert len(pids) == 3  # QEMU and two NBD queue backends
+    records = [read_pid_file(path) for path in vm.layout.pids.glob("*.pid")]
+    assert sorted(r.pid for r in records) == sorted(pids)
+    assert all(r.identity is not None and r.identity.matches() for r in records), records
     vm.stop()
     assert _wait_gone(pids, 10) == []
     assert not folder.exists()
