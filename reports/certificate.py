@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 
 from .run_folder import RunFolder
-from .verdicts import clause_verdict, overall_verdict
+from .verdicts import UNFINISHED_OUTCOMES, clause_verdict, overall_verdict
 
 SCHEMA_VERSION = 1
 SCHEMA_FILE = Path(__file__).with_name("certificate.schema.json")
@@ -153,12 +153,39 @@ def _figures(measurements: list[dict]) -> dict[str, list[dict]]:
     return per_clause
 
 
+def _every_test(run: RunFolder, scope: dict) -> list[dict]:
+    """One record per test: what progress.jsonl says, and an `unfinished` one for every test of the
+    run's scope (or started in it) that left no record, so a test that did not report can never leave
+    its clause looking passed. A record's clause falls back on the scope's (a crash report has none)."""
+    clause_of = {nodeid: clause for clause, nodeids in scope.get("clauses", {}).items() for nodeid in nodeids}
+    records = run.test_records()
+    for record in records:
+        record["clause"] = record.get("clause") or clause_of.get(record["nodeid"])
+    reported = {r["nodeid"] for r in records}
+    started = set(run.started_tests())
+    for nodeid in dict.fromkeys([*scope.get("tests", []), *run.started_tests()]):
+        if nodeid in reported:
+            continue
+        why = "started, never reported an end" if nodeid in started else "never started"
+        records.append(
+            {
+                "kind": "test",
+                "nodeid": nodeid,
+                "clause": clause_of.get(nodeid),
+                "outcome": "unfinished",
+                "message": f"did not finish: {why}",
+                "duration_s": 0.0,
+            }
+        )
+    return records
+
+
 def build(run: RunFolder, sensitivity: dict | None = None) -> dict:
     """The certificate of a run folder, complete or not (a run cut short is `incomplete`)."""
     meta = run.read_run()
-    tests = run.test_records()
     scope = meta.get("scope", {})
     scope_clauses: dict[str, list[str]] = scope.get("clauses", {})
+    tests = _every_test(run, scope)
     by_clause: dict[str, list[dict]] = {c: [] for c in scope_clauses}
     others = {}
     for test in tests:
@@ -192,8 +219,9 @@ def build(run: RunFolder, sensitivity: dict | None = None) -> dict:
     pytest_exit = meta.get("pytest_exit")
     if pytest_exit is None and finish is not None:
         pytest_exit = finish["exitstatus"]
+    unfinished = [t["nodeid"] for t in tests if t["outcome"] in UNFINISHED_OUTCOMES]
     overall = overall_verdict(
-        {c["id"]: c["verdict"] for c in clauses}, others, meta.get("interrupted"), pytest_exit
+        {c["id"]: c["verdict"] for c in clauses}, others, meta.get("interrupted"), pytest_exit, unfinished
     )
     hosts = run.hosts()
     events = run.runtime_events()
@@ -220,7 +248,7 @@ def build(run: RunFolder, sensitivity: dict | None = None) -> dict:
             "interrupted": meta.get("interrupted"),
             "pytest_exit": pytest_exit,
             "pytest_argv": meta.get("pytest_argv", []),
-            "unfinished_tests": run.unfinished_tests(),
+            "unfinished_tests": unfinished,
             "tests": dict(counts),
         },
         "host": {

@@ -25,7 +25,7 @@ from hilconform.emulators.profile import load_profile
 
 from . import allure_files, certificate, html_report
 from .run_folder import RunFolder
-from .verdicts import clause_verdict
+from .verdicts import UNFINISHED_OUTCOMES, clause_verdict
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 SUITES = CHECKOUT / "suites"
@@ -174,21 +174,35 @@ class Progress:
                     file=self.out,
                     flush=True,
                 )
-                if record["outcome"] in ("failed", "broken", "error") and record.get("message"):
+                if record["outcome"] in ("failed", "broken", "error", *UNFINISHED_OUTCOMES) and record.get(
+                    "message"
+                ):
                     first = record["message"].strip().splitlines()[0][:200]
                     print(f"{'':>10}{record['outcome']}: {first}", file=self.out, flush=True)
                 self._clause_done(record)
 
     def _clause_done(self, record: dict) -> None:
-        clause = record.get("clause")
+        nodeid = record["nodeid"]
+        clause = record.get("clause") or next((c for c, ids in self.pending.items() if nodeid in ids), None)
         if clause not in self.pending:
             return
         self.outcomes.setdefault(clause, []).append(record["outcome"])
-        self.pending[clause].discard(record["nodeid"])
+        self.pending[clause].discard(nodeid)
         if not self.pending[clause]:
             del self.pending[clause]
             verdict = clause_verdict(self.outcomes[clause])
             print(f"{'':>10}=> {clause}: {verdict}", file=self.out, flush=True)
+
+    def finish(self) -> None:
+        """After pytest ended: the clauses some of whose tests never reported, with those tests."""
+        for clause, missing in sorted(self.pending.items()):
+            verdict = clause_verdict(self.outcomes.get(clause, []) + ["unfinished"] * len(missing))
+            print(
+                f"{'':>10}=> {clause}: {verdict} (no result from: {', '.join(sorted(missing))})",
+                file=self.out,
+                flush=True,
+            )
+        self.pending.clear()
 
 
 def _pytest_argv(options: CertifyOptions, run: RunFolder, targets: list[str]) -> list[str]:
@@ -263,6 +277,7 @@ def _run_pytest(
             except subprocess.TimeoutExpired:
                 pass
         progress.poll()
+        progress.finish()
     finally:
         if proc.poll() is None:  # the CLI itself is failing: never leave pytest behind
             _signal_group(proc, signal.SIGKILL)

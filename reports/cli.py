@@ -124,6 +124,8 @@ def _report(args) -> int:
     run = RunFolder.open(args.run)
     if args.action == "rebuild":
         cert = finish(run, run.read_certificate().get("sensitivity") if run.certificate.exists() else None)
+        for reason in cert["reasons"]:
+            print(f"hilconform:   {reason}")
         print(f"hilconform: {run.certificate} and {run.html} rebuilt: verdict {cert['verdict'].upper()}")
         return 0
     command = allure_files.render_command(run.allure_results)

@@ -124,11 +124,9 @@ class RunFolder:
         ends = [r for r in self.progress_records() if r.get("kind") == "session_finish"]
         return ends[-1] if ends else None
 
-    def unfinished_tests(self) -> list[str]:
-        """Tests that started and never reported an end (running when the run was cut short)."""
-        records = self.progress_records()
-        done = {r["nodeid"] for r in records if r.get("kind") == "test"}
-        return [r["nodeid"] for r in records if r.get("kind") == "start" and r["nodeid"] not in done]
+    def started_tests(self) -> list[str]:
+        """Tests pytest announced as starting (a start line each), in order."""
+        return [r["nodeid"] for r in self.progress_records() if r.get("kind") == "start"]
 
     def measurements(self) -> list[dict]:
         out = []

@@ -1,5 +1,6 @@
 """`hilconform certify` end to end, with real VMs: a passing run, a failing run (a runtime that reports
-wrong vendor IDs), an infrastructure error (no guest image) and Ctrl-C, each checked for its exit code,
+wrong vendor IDs), an infrastructure error (no guest image), Ctrl-C and a pytest-xdist worker killed
+mid-test, each checked for its exit code,
 its certificate and the run folder's artifacts. Few VM boots: one clause per run."""
 
 from __future__ import annotations
@@ -220,3 +221,50 @@ def test_ctrl_c_leaves_a_readable_incomplete_run_and_no_processes(tmp_path):
     while (left := [p for p in seen if _alive(p)]) and time.monotonic() < give_up:
         time.sleep(0.2)
     assert not left, f"processes outlived the interrupted run: {left}"
+
+
+def test_a_worker_killed_mid_test_makes_the_run_incomplete_and_names_the_test(tmp_path):
+    """The xdist worker running one of HP-01's two tests is SIGKILLed in its call phase (a real worker,
+    a real VM under it); its sibling passes. Before: CONFORMANT, exit 0, HP-01 'pass' on the sibling."""
+    killed = "test_hp01_orderly_removal.py::test_orderly_removal_by_request"
+    done, run = _certify(
+        tmp_path,
+        "--suite",
+        "hotplug",
+        "--clause",
+        "HP-01",
+        "--",
+        "-p",
+        "xdist_worker_killer",
+        env={
+            "HILCONFORM_KILL_WORKER_AT": killed,
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")])
+            ),
+        },
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    cert = run.read_certificate()
+    assert (cert["verdict"], cert["exit_code"]) == ("incomplete", 2)
+    hp01 = next(c for c in cert["clauses"] if c["id"] == "HP-01")
+    outcomes = {t["nodeid"].split("/")[-1]: t["outcome"] for t in hp01["tests"]}
+    assert outcomes[killed] == "crashed", outcomes
+    assert "passed" in outcomes.values(), f"the sibling test should have passed: {outcomes}"
+    assert hp01["verdict"] == "incomplete"
+    crashed = next(t for t in hp01["tests"] if t["outcome"] == "crashed")
+    assert "crashed" in crashed["message"], crashed
+    assert cert["run"]["unfinished_tests"] == [crashed["nodeid"]]
+    assert any(crashed["nodeid"] in r for r in cert["reasons"]), cert["reasons"]
+    # the console: the crashed test's own line, the clause not passed, the verdict with the test named
+    assert re.search(r"HP-01\s+crashed .*" + re.escape(killed), done.stdout), done.stdout
+    assert "=> HP-01: incomplete" in done.stdout
+    assert "verdict INCOMPLETE (exit 2)" in done.stdout
+    assert crashed["nodeid"] in done.stdout
+    # report rebuild reaches the same verdict from the folder's files
+    rebuilt = subprocess.run(
+        [sys.executable, "-m", "hilconform.reports", "report", "rebuild", str(run.path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "verdict INCOMPLETE" in rebuilt.stdout, rebuilt.stdout + rebuilt.stderr

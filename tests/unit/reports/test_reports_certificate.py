@@ -132,3 +132,32 @@ def test_tool_versions_come_from_the_run_not_from_a_later_rebuild(tmp_path):
     versions = build(run)["versions"]
     assert {k: versions[k] for k in at_run_time} == at_run_time
     assert versions["qemu"] == "7.2.22"  # the test bed's versions come from the host records
+
+
+def test_a_crashed_test_and_a_test_with_no_record_never_leave_their_clause_passed(tmp_path):
+    """The scope names both tests; DISC-01's crashed (xdist's last word), DISC-03's left no line at all
+    (its worker's report never arrived): neither clause passes, the run is incomplete, both are named."""
+    run = recorded_run(tmp_path)
+
+    def edit(record):
+        if record.get("kind") == "test" and record["nodeid"] == DISC01:
+            return {**record, "clause": None, "outcome": "crashed", "message": "worker 'gw0' crashed"}
+        if record.get("kind") in ("test", "start") and record["nodeid"] == DISC03:
+            return None
+        return record
+
+    rewrite_progress(run, edit)
+    cert = build(run)
+    assert (cert["verdict"], cert["exit_code"]) == ("incomplete", 2)
+    assert {c["id"]: c["verdict"] for c in cert["clauses"]} == {"DISC-01": "incomplete", "DISC-03": "not_run"}
+    assert sorted(cert["run"]["unfinished_tests"]) == sorted([DISC01, DISC03])
+    disc03 = next(c for c in cert["clauses"] if c["id"] == "DISC-03")["tests"]
+    assert disc03 == [
+        {
+            "nodeid": DISC03,
+            "outcome": "unfinished",
+            "duration_s": 0.0,
+            "message": "did not finish: never started",
+        }
+    ]
+    assert any(DISC01 in r and DISC03 in r for r in cert["reasons"]), cert["reasons"]

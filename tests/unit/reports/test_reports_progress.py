@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from recorded_runs import DISC01, DISC03, recorded_run, set_outcome
+from recorded_runs import DISC01, DISC03, recorded_run, rewrite_progress, set_outcome
 
 from hilconform.reports.certify import Progress
 
@@ -42,3 +42,18 @@ def test_progress_reads_a_line_written_in_two_pieces_once(tmp_path):
         stream.write(text[cut:])
     progress.poll()
     assert out.getvalue().count("DISC-03  passed") == 1
+
+
+def test_progress_names_a_crashed_test_and_closes_clauses_whose_tests_never_reported(tmp_path):
+    run = recorded_run(tmp_path)
+    set_outcome(run, DISC01, "crashed", "worker 'gw0' crashed while running 'DISC-01 test'")
+    rewrite_progress(run, lambda r: None if r.get("kind") == "test" and r["nodeid"] == DISC03 else r)
+    out = io.StringIO()
+    progress = Progress(run, 2, out, {"DISC-01": [DISC01], "DISC-03": [DISC03]})
+    progress.poll()
+    progress.finish()
+    lines = [line.strip() for line in out.getvalue().splitlines()]
+    assert lines[0].startswith("[  1/2] DISC-01  crashed")
+    assert lines[1] == "crashed: worker 'gw0' crashed while running 'DISC-01 test'"
+    assert lines[2] == "=> DISC-01: incomplete"
+    assert lines[3] == f"=> DISC-03: not_run (no result from: {DISC03})"

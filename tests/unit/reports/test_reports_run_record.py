@@ -81,3 +81,53 @@ def test_progress_lines_classify_each_outcome(tmp_path):
     assert "lacks capability" in tests["test_lacks_capability"]["message"]
     assert sum(r["kind"] == "start" for r in lines) == 6
     assert lines[-1] == {**lines[-1], "kind": "session_finish", "exitstatus": 1}
+
+
+CRASHING_TESTS = """
+import os, signal
+import pytest
+
+@pytest.mark.clause("HP-01")
+def test_worker_dies_under_it():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+@pytest.mark.clause("HP-01")
+def test_sibling_passes():
+    pass
+"""
+
+
+def test_a_test_whose_xdist_worker_dies_gets_a_crashed_line_at_once(tmp_path):
+    """A real pytest-xdist worker SIGKILLed mid-test: xdist's crash report (when '???') is the test's
+    last word; it is written as `crashed`, with its clause, never dropped for want of a teardown."""
+    (tmp_path / "test_crash.py").write_text(textwrap.dedent(CRASHING_TESTS))
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "hilconform.fixtures.plugin",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "2",
+            "--run-dir",
+            str(run_dir),
+            str(tmp_path / "test_crash.py"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stdout[-3000:]
+    lines = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
+    tests = {r["nodeid"].split("::")[1]: r for r in lines if r["kind"] == "test"}
+    assert {name: (r["clause"], r["outcome"]) for name, r in tests.items()} == {
+        "test_worker_dies_under_it": ("HP-01", "crashed"),
+        "test_sibling_passes": ("HP-01", "passed"),
+    }
+    assert "crashed" in tests["test_worker_dies_under_it"]["message"]
+    assert lines[-1]["kind"] == "session_finish"

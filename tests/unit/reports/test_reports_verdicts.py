@@ -19,6 +19,13 @@ from hilconform.reports.verdicts import clause_verdict, overall_verdict
         (["passed", "error"], "broken"),
         (["broken", "failed"], "fail"),
         (["passed", "xpassed"], "fail"),
+        (["passed", "crashed"], "incomplete"),
+        (["passed", "unfinished"], "incomplete"),
+        (["skipped", "crashed"], "incomplete"),
+        (["unfinished", "unfinished"], "not_run"),
+        (["crashed"], "incomplete"),
+        (["crashed", "failed"], "fail"),
+        (["crashed", "broken"], "broken"),
     ],
 )
 def test_clause_verdict(outcomes, verdict):
@@ -46,3 +53,15 @@ def test_overall_verdict_and_exit_code(clauses, others, interrupted, pytest_exit
     overall = overall_verdict(clauses, others, interrupted, pytest_exit)
     assert (overall.verdict, overall.exit_code) == (verdict, exit_code)
     assert overall.reasons or verdict == "conformant"
+
+
+def test_a_test_that_did_not_finish_makes_the_run_incomplete_and_is_named():
+    crashed = "suites/hotplug/test_hp01_orderly_removal.py::test_orderly_removal_by_request"
+    overall = overall_verdict({"HP-01": "incomplete", "HP-05": "pass"}, {}, None, 1, [crashed])
+    assert (overall.verdict, overall.exit_code) == ("incomplete", 2)
+    assert any(crashed in r for r in overall.reasons) and any("HP-01" in r for r in overall.reasons)
+    # even when every clause's verdict looks fine, an unfinished test alone is enough
+    assert overall_verdict({"HP-05": "pass"}, {}, None, 0, [crashed]).verdict == "incomplete"
+    # a definitive failure still wins
+    assert overall_verdict({"HP-05": "fail"}, {}, None, 1, [crashed]).verdict == "nonconformant"
+    assert overall_verdict({"HP-05": "pass"}, {"suites/smoke/t.py::t": "crashed"}, None, 1).exit_code == 2
