@@ -8,6 +8,7 @@ every key and names the file and the key when something is wrong.
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
@@ -19,6 +20,7 @@ from .toml_file import read_toml
 from .vfio_user.model import ModelError, load_model
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
+PROFILE_PATH_ENV = "HILCONFORM_PROFILE_PATH"
 HOTPLUG_MODES = ("native", "acpi")
 LINK_SPEEDS = ("2_5", "5", "8", "16")
 LINK_WIDTHS = ("1", "2", "4", "8", "12", "16", "32")
@@ -114,10 +116,24 @@ class HostProfile:
         return HostProfile(**fields)
 
 
+def profile_dirs() -> list[Path]:
+    """Where profiles are found: the folders of $HILCONFORM_PROFILE_PATH (a lab's own profiles,
+    separated by ':'; each must exist), then emulators/profiles/. The first folder naming a profile wins."""
+    extra = [Path(p) for p in os.environ.get(PROFILE_PATH_ENV, "").split(os.pathsep) if p]
+    for folder in extra:
+        if not folder.is_dir():
+            raise ProfileError(f"${PROFILE_PATH_ENV} names {folder}: not a folder")
+    return [*extra, PROFILE_DIR]
+
+
 def _profile_paths() -> dict[str, Path]:
     """Profiles by name: device-model hosts (a100, t4, fpga, mixed) and their stock-device
-    variants (a100-stock, ...), all in emulators/profiles/."""
-    return {p.stem: p for p in PROFILE_DIR.glob("*.toml")}
+    variants (a100-stock, ...) in emulators/profiles/, and a lab's own (profile_dirs)."""
+    found: dict[str, Path] = {}
+    for folder in profile_dirs():
+        for path in sorted(folder.glob("*.toml")):
+            found.setdefault(path.stem, path)
+    return found
 
 
 def available_profiles() -> list[str]:

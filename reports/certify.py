@@ -48,7 +48,7 @@ class CertifyOptions:
     suites: list[str] = field(default_factory=list)
     clauses: list[str] = field(default_factory=list)
     out: Path = CHECKOUT / "reports"
-    workers: int = 2
+    workers: int | None = None  # None: 2 on an emulated host, 1 on a real one (one runtime per host)
     runtime_module: str | None = None
     self_check: bool = False
     max_minutes: float = 180.0
@@ -103,6 +103,7 @@ def collect_scope(options: CertifyOptions, paths: list[str]) -> dict:
         "--collect-only",
         "-q",
         "--list-clauses",
+        "--check-host",
         "-p",
         "no:cacheprovider",
         "-n",
@@ -118,9 +119,7 @@ def collect_scope(options: CertifyOptions, paths: list[str]) -> dict:
     except subprocess.TimeoutExpired:
         raise CertifyError(f"collecting the suites took over {COLLECT_TIMEOUT_S:.0f} s") from None
     if done.returncode != 0:
-        lines = [ln for ln in (done.stderr + done.stdout).splitlines() if ln.strip()]
-        errors = [ln.strip().removeprefix("ERROR: ") for ln in lines if "rror" in ln] or lines[-5:]
-        raise CertifyError("the suites could not be collected: " + "\n  ".join(errors[:8]))
+        raise CertifyError(_collect_failure(done.stderr + done.stdout))
     clauses: dict[str, list[str]] = {}
     tests = []
     for line in done.stdout.splitlines():
@@ -139,6 +138,34 @@ def collect_scope(options: CertifyOptions, paths: list[str]) -> dict:
         clauses = {c: clauses[c] for c in options.clauses}
         tests = [t for c in options.clauses for t in clauses[c]]
     return {"clauses": clauses, "tests": tests}
+
+
+def _collect_failure(output: str) -> str:
+    """The reason the collect pass gave: the host's up-front check (`pytest.exit`, one line), a usage
+    error, or else the last lines pytest printed."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    for line in lines:  # pytest.exit's banner: "!!!! _pytest.outcomes.Exit: hilconform: ... !!!!"
+        if "Exit: hilconform: " in line:
+            return line.split("Exit: hilconform: ", 1)[1].rstrip("! ")
+    usage = [ln.removeprefix("ERROR: ") for ln in lines if ln.startswith("ERROR: ")]
+    if usage:  # pytest.UsageError: bad input (host, profile, options), said as it is
+        return "\n  ".join(usage[:8])
+    errors = [ln for ln in lines if "error" in ln.lower()] or lines[-5:]
+    return "the suites could not be collected: " + "\n  ".join(errors[:8])
+
+
+def check_workers(options: CertifyOptions) -> int:
+    """The worker count, checked before anything starts: a real host runs one runtime, so one worker."""
+    real = options.host.startswith("real:")
+    workers = options.workers if options.workers is not None else (1 if real else 2)
+    if workers < 0:
+        raise CertifyError(f"--workers {workers}: must be 0 or more")
+    if real and workers > 1:
+        raise CertifyError(
+            f"--host {options.host}: a real host runs one runtime, so it is certified with one worker "
+            f"(-n 1, the default there, or -n 0), not -n {workers}"
+        )
+    return workers
 
 
 class Progress:
@@ -349,8 +376,7 @@ def certify(options: CertifyOptions, out=sys.stdout) -> int:
             f"--self-check needs {SELF_CHECK_SCRIPT} (a source checkout with the sensitivity "
             "tests); it is not there"
         )
-    if options.workers < 0:
-        raise CertifyError(f"--workers {options.workers}: must be 0 or more")
+    options.workers = check_workers(options)
     print(f"hilconform: certifying {options.host}: collecting {', '.join(paths)}", file=out, flush=True)
     scope = collect_scope(options, paths)
     targets = scope["tests"] if options.clauses else paths

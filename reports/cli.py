@@ -74,9 +74,10 @@ def _parser() -> argparse.ArgumentParser:
         "-n",
         "--workers",
         type=int,
-        default=2,
+        default=None,
         metavar="N",
-        help="parallel pytest workers, one VM each (default 2; 0 = no xdist)",
+        help="parallel pytest workers, one VM each (default 2 on an emulated host, 1 on a real host, "
+        "which runs one runtime; 0 = no xdist)",
     )
     run.add_argument(
         "--runtime-module",

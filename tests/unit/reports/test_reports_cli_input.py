@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from hilconform.emulators.profile import load_profile
 
 CASES = [
     (["--host", "emulated:nonesuch"], "unknown emulated host 'nonesuch'"),
@@ -16,6 +20,12 @@ CASES = [
         "no test of the chosen suites checks clause DISC-01",
     ),
     (["--host", "emulated:a100", "--workers", "-1"], "--workers -1: must be 0 or more"),
+    (["--host", "real:local", "-n", "2"], "a real host runs one runtime, so it is certified with one worker"),
+    # nothing listens on port 9 here: ssh's own reason, in one line
+    (
+        ["--host", "real:ssh://nobody@127.0.0.1:9", "--suite", "real"],
+        "host ssh://nobody@127.0.0.1:9 unreachable over SSH: ssh: connect to host 127.0.0.1 port 9",
+    ),
 ]
 
 
@@ -30,6 +40,41 @@ def test_bad_certify_input_exits_2_with_a_clear_message_and_no_run_folder(tmp_pa
     assert done.returncode == 2, done.stdout + done.stderr
     assert message in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_broken_profile_is_one_line_before_anything_starts(tmp_path):
+    """A lab's own profile (HILCONFORM_PROFILE_PATH) with a bad value: exit 2, the file and key named in
+    one line, no run folder and no VM (before: the run started and every test ended 'broken')."""
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    shipped = (Path(load_profile("a100-stock").source)).read_text()
+    (profiles / "lab-broken.toml").write_text(
+        shipped.replace('hotplug_mode = "native"', 'hotplug_mode = "warp"')
+    )
+    assert "warp" in (profiles / "lab-broken.toml").read_text()
+    out = tmp_path / "runs"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hilconform.reports",
+            "certify",
+            "--host",
+            "emulated:lab-broken",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HILCONFORM_PROFILE_PATH": str(profiles)},
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("hilconform: error:")]
+    assert len(errors) == 1 and "lab-broken.toml" in errors[0] and "host.hotplug_mode" in errors[0], (
+        done.stderr
+    )
+    assert not out.exists()
 
 
 def test_an_out_folder_that_cannot_be_made_is_a_clear_error(tmp_path):
