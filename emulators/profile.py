@@ -8,9 +8,11 @@ every key and names the file and the key when something is wrong.
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from dataclasses import dataclass, field
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -169,6 +171,33 @@ def load_profile(name_or_path: str | Path) -> HostProfile:
     return _ProfileReader(path, table).read()
 
 
+# The tables and keys a profile may hold; anything else is refused with the file and key named.
+_TOP_KEYS = {"host", "runtime", "budgets", "slots"}
+_HOST_KEYS = {"name", "description", "memory_mib", "cpus", "hotplug_mode"}
+_RUNTIME_KEYS = {"select_classes", "select_ids"}
+_SLOT_KEYS = {"name", "chassis", "slot", "link", "device", "accepts", "stands_in_for", "firmware_version"}
+_LINK_KEYS = {"speed", "width"}
+_STANDS_IN_FOR_KEYS = {"vendor", "device", "model"}
+
+
+@cache
+def known_budgets() -> dict[str, dict]:
+    """Budget name → {unit, meaning}: every budget a host profile may set (emulators/budgets.toml)."""
+    table = read_toml(Path(__file__).with_name("budgets.toml"), ProfileError, "budget list")
+    return table["budgets"]
+
+
+def unknown_budget(names) -> tuple[str, str] | None:
+    """(key, problem) for the first budget name that no profile may set, or None when all are known."""
+    known = known_budgets()
+    name = next((n for n in sorted(names) if n not in known), None)
+    if name is None:
+        return None
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"budgets.{name}", f"unknown budget ({hint}known: {', '.join(sorted(known))})"
+
+
 class _ProfileReader:
     """Reads one parsed TOML table, raising ProfileError with file and key."""
 
@@ -193,11 +222,23 @@ class _ProfileReader:
             raise self.fail(full, f"expected {kind.__name__}, got {type(value).__name__}")
         return value
 
+    def only(self, table: dict, where: str, allowed: set[str]) -> None:
+        unknown = sorted(set(table) - allowed)
+        if unknown:
+            key = f"{where}.{unknown[0]}" if where else unknown[0]
+            raise self.fail(key, f"unknown key (allowed: {', '.join(sorted(allowed))})")
+
     def read(self) -> HostProfile:
+        self.only(self.table, "", _TOP_KEYS)
         host = self.get(self.table, "host", dict, "")
         runtime = self.get(self.table, "runtime", dict, "", {})
         budgets = self.get(self.table, "budgets", dict, "")
         slots_raw = self.get(self.table, "slots", list, "")
+        self.only(host, "host", _HOST_KEYS)
+        self.only(runtime, "runtime", _RUNTIME_KEYS)
+        misspelt = unknown_budget(budgets)
+        if misspelt:
+            raise self.fail(*misspelt)
         mode = self.get(host, "hotplug_mode", str, "host", "native")
         if mode not in HOTPLUG_MODES:
             raise self.fail("host.hotplug_mode", f"{mode!r} is not one of {HOTPLUG_MODES}")
@@ -224,7 +265,9 @@ class _ProfileReader:
         where = f"slots[{index}]"
         if not isinstance(raw, dict):
             raise self.fail(where, "expected a table")
+        self.only(raw, where, _SLOT_KEYS)
         link = self.get(raw, "link", dict, where)
+        self.only(link, f"{where}.link", _LINK_KEYS)
         speed = self.get(link, "speed", str, f"{where}.link")
         width = self.get(link, "width", str, f"{where}.link")
         if speed not in LINK_SPEEDS:
@@ -241,6 +284,7 @@ class _ProfileReader:
         if accepts not in self.kinds:
             raise self.fail(f"{where}.accepts", f"unknown device kind {accepts!r}")
         real = self.get(raw, "stands_in_for", dict, where)
+        self.only(real, f"{where}.stands_in_for", _STANDS_IN_FOR_KEYS)
         stands_in_for = StandsInFor(
             vendor=self.get(real, "vendor", str, f"{where}.stands_in_for"),
             device=self.get(real, "device", str, f"{where}.stands_in_for"),

@@ -54,6 +54,15 @@ def _base() -> str:
         ("memory_mib = 512", 'memory_mib = "lots"', "host.memory_mib"),
         ("chassis = 2", "chassis = 1", "slots[1].chassis"),
         ("lease_ttl_s = 5", 'lease_ttl_s = "soon"', "budgets.lease_ttl_s"),
+        # typos are refused, never dropped or taken as something new (issue 14)
+        ("[runtime]", "[runtme]", "runtme"),
+        ("select_ids = [", "select_id = []\nselect_ids = [", "runtime.select_id"),
+        ("memory_mib = 512", "memory_mb = 512", "host.memory_mb"),
+        ("lease_ttl_s = 5", "lease_tll_s = 5", "budgets.lease_tll_s"),
+        ('device = "nvme"', 'device = "nvme"\naccept = "nvme"', "slots[0].accept"),
+        ('speed = "8", width = "16" }', 'speed = "8", widht = "16" }', "slots[0].link.widht"),
+        ('model = "NVIDIA Tesla T4" }', 'model = "NVIDIA Tesla T4", vendro = "10de" }',
+         "slots[0].stands_in_for.vendro"),
     ],
 )
 def test_malformed_profile_names_file_and_key(tmp_path, old, new, key):
@@ -83,3 +92,9 @@ def test_hotplug_mode_override():
     assert profile.hotplug_mode == "acpi"
     with pytest.raises(ProfileError):
         profile.with_hotplug_mode("pcmcia")
+
+
+def test_a_misspelt_budget_names_the_one_it_resembles(tmp_path):
+    path = _write(tmp_path, _base().replace("lease_ttl_s = 5", "lease_tll_s = 5", 1))
+    with pytest.raises(ProfileError, match="did you mean 'lease_ttl_s'"):
+        load_profile(path)

@@ -71,6 +71,8 @@ def test_every_shipped_profile_loads():
     ('[profile]\nname="x"\ndescription="d"\nvendor="v"\n[devices]\nselect_ids=["10de:20b0"]\n'
      'link_min={generation=3}\n', "devices.link_min"),
     ('[profile]\nname="x"\ndescription="d"\nvendor="v"\ncolour="red"\n', "profile.colour"),
+    ('[profile]\nname="x"\ndescription="d"\nvendor="v"\n[devices]\nselect_ids=["10de:20b0"]\n'
+     'link_min={generation=3, width=16}\n[budgets]\ncold_discovery_s=1.5\n', "budgets.cold_discovery_s"),
 ])
 def test_a_bad_profile_names_the_file_and_the_key(tmp_path, body, key):
     path = tmp_path / "bad.toml"
