@@ -12,6 +12,7 @@ import signal
 import sys
 
 from .config import ConfigError, load
+from .own_resources import Inconclusive
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         service = Service(cfg)
         service.start()
-    except (OSError, ValueError, ImportError) as exc:
+    except (OSError, ValueError, ImportError, Inconclusive) as exc:
         print(f"hilconform-runtime: cannot start: {exc}", file=sys.stderr)
         return 1
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -25,6 +25,9 @@ _POSITIVE = {
     "lease_check_ms",
     "health_poll_ms",
     "max_outgoing_bytes",
+    "max_clients",
+    "max_requests_in_flight",
+    "request_workers",
 }
 _FREE_TABLES = {"firmware", "hooks"}  # keys are device IDs / hook options, not fixed names
 
@@ -114,6 +117,8 @@ def _check(data: dict, path: str) -> None:
     for key in _POSITIVE:
         if not data[key] > 0:
             raise ConfigError(path, key, "must be > 0")
+    if data["client_fd_reserve"] < 0:
+        raise ConfigError(path, "client_fd_reserve", "must be >= 0")
     kind, _, where = data["transport"].partition(":")
     if kind not in ("unix", "virtio-serial") or not where:
         raise ConfigError(path, "transport", 'must be "unix:/path" or "virtio-serial:/dev/virtio-ports/NAME"')

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from .inventory import DeviceGone, DeviceInfo, describe
+from .own_resources import Inconclusive
 from .selector import Selector
 from .sysfs import BDF_RE, Sysfs
 
@@ -171,8 +172,12 @@ class DiscoveryWatcher:
         return self.source
 
     def selected(self, bdf: str) -> bool | None:
-        """Whether the selector takes the device; None when it cannot tell (device gone)."""
-        ids = [self.sysfs.attr(bdf, name) for name in ("vendor", "device", "class")]
+        """Whether the selector takes the device; None when it cannot tell (device gone, or
+        the runtime lacks the fds to read its IDs)."""
+        try:
+            ids = [self.sysfs.attr(bdf, name) for name in ("vendor", "device", "class")]
+        except Inconclusive:
+            return None
         try:
             vendor, device, klass = (int(v, 16) for v in ids)  # type: ignore[arg-type]
         except (TypeError, ValueError):

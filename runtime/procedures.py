@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from .device_classes import ClassHooks
 from .inventory import DeviceInfo
+from .own_resources import Inconclusive, is_own_resource_error
 from .pciconfig import parse_config
 from .sysfs import Sysfs
 
@@ -46,6 +47,7 @@ class Host(Protocol):
     def finish_removal(self, bdf: str, cause: str) -> None: ...
     def record_reset(self, bdf: str, outcome: dict) -> None: ...
     def restore_health(self, bdf: str, cause: str, checkpoint: dict) -> bool: ...
+    def inconclusive(self, run: Run, exc: Inconclusive) -> None: ...
 
 
 @dataclass
@@ -72,7 +74,8 @@ def config_intact(sysfs: Sysfs, bdf: str, info: DeviceInfo) -> dict:
     """RST-03 checkpoint: config not all ones, memory BARs still programmed, MMIO not all ones.
 
     Returns {"name": "config_intact", "ok": bool, "problems": [...]}; an
-    unreadable MMIO window (no rights) is not a problem, all ones is.
+    unreadable MMIO window (no rights) is not a problem, all ones is. Raises
+    own_resources.Inconclusive when the runtime lacked the fds or memory to look.
     """
     problems: list[str] = []
     try:
@@ -143,8 +146,7 @@ def link_active(sysfs: Sysfs, bdf: str, info: DeviceInfo) -> tuple[bool, dict]:
     if not cs.present:
         return False, {"source": "device config", "error": "config reads all ones", **port_detail}
     if cs.pcie is None:
-        return True, {"source": "device config", "note": "conventional PCI: no link to check",
-                      **port_detail}
+        return True, {"source": "device config", "note": "conventional PCI: no link to check", **port_detail}
     width = cs.pcie.link_status_width or 0
     return width > 0, {
         "source": "device link status",
@@ -156,10 +158,20 @@ def link_active(sysfs: Sysfs, bdf: str, info: DeviceInfo) -> tuple[bool, dict]:
 
 # --- hot-add (HP-05, LIFE-02) ---------------------------------------------------------
 def _retry(deadline: float, probe):
-    """Call ``probe`` until it returns (status, detail, final=True) or the deadline passes."""
+    """Call ``probe`` until it returns (status, detail, final=True) or the deadline passes.
+
+    A probe that could not look (Inconclusive) is retried too; if it still cannot
+    at the deadline, Inconclusive is raised: the step says nothing about the device.
+    """
     while True:
-        ok, detail, final = probe()
+        try:
+            ok, detail, final = probe()
+            unable = None
+        except Inconclusive as exc:
+            ok, detail, final, unable = False, {}, False, exc
         if ok or final or time.monotonic() >= deadline:
+            if unable is not None:
+                raise unable
             return ok, detail
         time.sleep(RETRY_S)
 
@@ -217,7 +229,12 @@ def self_check(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks, on_fir
         if host.is_gone(bdf):
             host.step(run, name, "aborted", error="device gone")
             return name, {"error": "device gone"}
-        ok, detail = _retry(time.monotonic() + step_s, probe)
+        try:
+            ok, detail = _retry(time.monotonic() + step_s, probe)
+        except Inconclusive as exc:
+            host.step(run, name, "aborted", inconclusive=True, error=str(exc))
+            exc.step = name
+            raise
         status = "skipped" if ok and "skipped" in detail else ("ok" if ok else "failed")
         host.step(run, name, status, **detail)
         if not ok:
@@ -235,12 +252,18 @@ def hot_add(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> bool:
     def firmware_loaded() -> None:
         host.move_main(bdf, "FIRMWARE_LOADED", "hot_add:firmware", {"name": "hot_add.firmware", "ok": True})
 
-    failed, detail = self_check(host, run, info, hooks, firmware_loaded)
+    try:
+        failed, detail = self_check(host, run, info, hooks, firmware_loaded)
+        checkpoint = None if failed else config_intact(sysfs, bdf, info)
+    except Inconclusive as exc:  # not the device's fault: it stays DISCOVERED and is tried again
+        host.inconclusive(run, exc)
+        step = getattr(exc, "step", "join_pool")
+        host.step(run, "end", "failed", failed_step=step, inconclusive=True, error=str(exc))
+        return False
     if failed:
         host.fault(bdf, f"hot_add:{failed}", {"name": f"hot_add.{failed}", "ok": False, **detail})
         host.step(run, "end", "failed", failed_step=failed, error=detail.get("error", ""))
         return False
-    checkpoint = config_intact(sysfs, bdf, info)
     joined = host.join_pool(bdf, f"hot_add:{run.entry}", checkpoint)
     host.step(run, "join_pool", "ok" if joined else "failed", **checkpoint)
     host.step(run, "end", "ok" if joined else "failed", **({} if joined else {"failed_step": "join_pool"}))
@@ -287,7 +310,7 @@ class ResetWorker:
 
     def __init__(self, sysfs: Sysfs, bdf: str, on_finish=None):
         self.sysfs, self.bdf, self.on_finish = sysfs, bdf, on_finish
-        self.methods = sysfs.reset_methods(bdf)
+        self.methods = _reported(lambda: sysfs.reset_methods(bdf), [])
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._waited_out = False
@@ -306,6 +329,8 @@ class ResetWorker:
         except OSError as exc:
             kind = "unsupported" if exc.errno in (2, 25, 95) else "error"  # ENOENT, ENOTTY, EOPNOTSUPP
             outcome = {"outcome": kind, "error": str(exc)}
+            if is_own_resource_error(exc):
+                outcome["inconclusive"] = True  # the runtime could not issue it: says nothing of the device
         outcome.update(
             methods=self.methods, duration_ms=round((time.monotonic_ns() - self._start_ns) / 1e6, 3)
         )
@@ -344,7 +369,7 @@ def forced_reset(host: Host, run: Run, source: str) -> dict:
         run,
         "reset",
         "started",
-        methods=host.sysfs.reset_methods(bdf),
+        methods=_reported(lambda: host.sysfs.reset_methods(bdf), []),
         timeout_ms=host.cfg.reset_timeout_ms,
     )
     host.set_resetting(bdf, True)  # config access to it blocks in the kernel until the reset ends
@@ -371,17 +396,45 @@ def reset_procedure(host: Host, run: Run, info: DeviceInfo) -> dict:
         "methods": outcome["methods"],
     }
     if outcome["outcome"] == "ok" and not host.is_gone(run.device):
-        checkpoint = config_intact(host.sysfs, run.device, info)
+        try:
+            checkpoint = config_intact(host.sysfs, run.device, info)
+        except Inconclusive as exc:
+            host.inconclusive(run, exc)
+            checkpoint = inconclusive_checkpoint(exc)
         result["checkpoint"] = checkpoint
-        if not checkpoint["ok"]:
+        if checkpoint["ok"] is False:
             host.fault(run.device, "reset:checkpoint", checkpoint)
     host.step(run, "end", "ok" if outcome["outcome"] == "ok" else "failed", **result)
     return result
 
 
+def inconclusive_checkpoint(exc: Inconclusive) -> dict:
+    """A checkpoint that could not look: neither passed nor failed (``ok`` null)."""
+    return {"name": "config_intact", "ok": None, "inconclusive": True, "problems": [str(exc)]}
+
+
+def _reported(read, default):
+    """A value read only to report it (reset methods, a slot name): ``default`` when the
+    runtime lacks the resources to read it, so an action still runs."""
+    try:
+        return read()
+    except Inconclusive:
+        return default
+
+
 def recover_procedure(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks, faulted: bool) -> dict:
     """``recover``: DEGRADED -> HEALTHY after a checkpoint; FAULTED needs a reset and the
-    full hot-add self-check first."""
+    full hot-add self-check first. A check that could not run leaves the device as it was."""
+    try:
+        return _recover(host, run, info, hooks, faulted)
+    except Inconclusive as exc:
+        host.inconclusive(run, exc)
+        step = getattr(exc, "step", "checkpoint")
+        host.step(run, "end", "failed", failed_step=step, inconclusive=True, error=str(exc))
+        return {"recovered": False, "failed_step": step, "detail": {"inconclusive": True, "error": str(exc)}}
+
+
+def _recover(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks, faulted: bool) -> dict:
     host.step(run, "begin", "started", entry=run.entry, faulted=faulted)
     sysfs, bdf = host.sysfs, run.device
     if faulted and info.reset_methods:
@@ -415,6 +468,21 @@ def drain(hooks: ClassHooks, sysfs: Sysfs, bdf: str, timeout_s: float, poll_s: f
     while True:
         try:
             depth = hooks.queue_depth(sysfs, bdf)
+        except Inconclusive as exc:  # the runtime could not look: the queue is not known empty
+            polls += 1
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return {
+                    "status": "timeout",
+                    "depth": None,
+                    "inconclusive": True,
+                    "error": str(exc),
+                    "polls": polls,
+                    "elapsed_ms": round((time.monotonic() - start) * 1000, 3),
+                    "timeout_ms": round(timeout_s * 1000, 3),
+                }
+            time.sleep(min(poll_s, left))
+            continue
         except OSError as exc:  # a probe that cannot read its queue (all ones: fell off the bus)
             return {
                 "status": "unreadable",
@@ -486,6 +554,8 @@ def _power_off(host: Host, bdf: str, slot: str | None, timeout_s: float) -> dict
             result["status"] = "ok"
         except OSError as exc:
             result.update(status="failed", error=str(exc))
+            if is_own_resource_error(exc):
+                result["inconclusive"] = True  # the runtime could not write it: not the device's fault
         result["duration_ms"] = round((time.monotonic_ns() - t0) / 1e6, 3)
         done.set()
 
@@ -542,17 +612,17 @@ def hot_remove(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> dic
         host.step(run, "power_off", "skipped", reason="device already gone")
         host.finish_removal(bdf, "hot_remove")
     else:
-        driver = sysfs.driver(bdf)
+        driver = _reported(lambda: sysfs.driver(bdf), "(unknown: the runtime could not read it)")
         if driver:  # its remove() shuts the device down through DMA: give bus mastering back
             bus_master(True, driver=driver, why="the driver's remove() needs DMA")
-        slot = info.slot or sysfs.slot_of(bdf)
+        slot = info.slot or _reported(lambda: sysfs.slot_of(bdf), None)
         result = _power_off(host, bdf, slot, cfg.power_off_timeout_ms / 1000.0)
         status = result.pop("status")
         host.step(run, "power_off", status, **result)
         summary["power_off"] = {"status": status, **result}
         if status == "ok":
             host.finish_removal(bdf, "hot_remove")
-        elif status == "failed":
+        elif status == "failed" and not result.get("inconclusive"):
             host.fault(bdf, "hot_remove:power_off", {"name": "power_off", "ok": False, **result})
         # timeout: the write may still complete; the udev remove then finishes the removal
     summary["ok"] = summary.get("power_off", {}).get("status", "ok") == "ok"

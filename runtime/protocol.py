@@ -30,6 +30,8 @@ DEVICE_BUSY = "DEVICE_BUSY"  # held by a lease, or a procedure runs on it
 INSUFFICIENT_DEVICES = "INSUFFICIENT_DEVICES"  # fewer HEALTHY devices of the class than asked
 INVALID_STATE = "INVALID_STATE"  # operation makes no sense in the device's state
 SHUTTING_DOWN = "SHUTTING_DOWN"
+TOO_MANY_CLIENTS = "TOO_MANY_CLIENTS"  # connection past max_clients: this line, then the runtime closes it
+RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"  # the runtime lacked its own fds/memory to check; retry
 INTERNAL = "INTERNAL"
 
 ERROR_CODES = (
@@ -46,8 +48,24 @@ ERROR_CODES = (
     INSUFFICIENT_DEVICES,
     INVALID_STATE,
     SHUTTING_DOWN,
+    TOO_MANY_CLIENTS,
+    RESOURCE_EXHAUSTED,
     INTERNAL,
 )
+
+# Number ranges (docs/protocol.md, Methods): a number outside is INVALID_PARAMS, so no
+# parameter reaches float conversion unchecked (an integer of 10**309 has no float).
+MAX_TTL_S = 86400
+MAX_COUNT = 1024
+MAX_SEQ = 2**63 - 1
+MAX_VERSION = 2**31 - 1
+MAX_VERSIONS = 64  # entries of hello.versions
+# param -> (lowest, highest, lowest excluded)
+NUMBER_RANGES: dict[str, tuple[int, int, bool]] = {
+    "ttl_s": (0, MAX_TTL_S, True),
+    "count": (1, MAX_COUNT, False),
+    "since_seq": (0, MAX_SEQ, False),
+}
 
 _STR = (str,)
 _INT = (int,)
@@ -189,7 +207,7 @@ def decode_request(line: bytes | str) -> Request:
     if version not in SUPPORTED_VERSIONS:
         raise ProtocolError(
             UNSUPPORTED_VERSION,
-            f"protocol version {version} not supported",
+            f"protocol version {str(version)[:20]} not supported",
             req_id,
             {"supported": list(SUPPORTED_VERSIONS)},
         )
@@ -215,10 +233,30 @@ def decode_request(line: bytes | str) -> Request:
             raise ProtocolError(
                 INVALID_PARAMS, f"{method}: param {name!r} must be {_type_names(types)}", req_id
             )
+        problem = _range_problem(name, value)
+        if problem:
+            raise ProtocolError(INVALID_PARAMS, f"{method}: param {name!r} {problem}", req_id)
     for name, (_types, required) in spec.items():
         if required and name not in params:
             raise ProtocolError(INVALID_PARAMS, f"{method}: param {name!r} is required", req_id)
     return Request(req_id, method, dict(params))
+
+
+def _range_problem(name: str, value: Any) -> str | None:
+    """Why a well-typed param is out of its range (None when it is in range)."""
+    if name == "versions":
+        if len(value) > MAX_VERSIONS:
+            return f"lists at most {MAX_VERSIONS} versions"
+        if not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_VERSION for v in value):
+            return f"must list integers from 1 to {MAX_VERSION}"
+        return None
+    bounds = NUMBER_RANGES.get(name)
+    if bounds is None:
+        return None
+    low, high, low_excluded = bounds
+    if (value <= low if low_excluded else value < low) or value > high:
+        return f"must be {'>' if low_excluded else '>='} {low} and <= {high}"
+    return None
 
 
 def _type_names(types: tuple[type, ...]) -> str:

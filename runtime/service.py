@@ -27,10 +27,12 @@ from .inventory import DeviceGone, DeviceInfo, IdentityRegistry, describe
 from .kernel_log import KernelEvent, KernelLogFollower
 from .leases import LeaseError, LeaseTable
 from .lifecycle import DeviceStates, IllegalTransition, TransitionTable
+from .own_resources import EpisodeLog, Inconclusive
 from .protocol import ProtocolError
 from .selector import Selector
 from .sysfs import Sysfs
 from .transport import Server, Session
+from .workers import FairWorkerPool
 
 RUNTIME_VERSION = "0.1.0"
 HISTORY = 2048  # events kept for subscribe(since_seq=...)
@@ -70,6 +72,9 @@ class Device:
         self.pending_removal: str | None = None  # attention button while another procedure ran
         self.last_checkpoint: dict | None = None
         self.identity_changed = False  # DISC-05: a different device appeared at this location
+        # checks that could not run for want of the runtime's own resources, finished by a later poll
+        self.release_cause: str | None = None  # RELEASED, its release checkpoint still to run
+        self.hot_add_entry: str | None = None  # DISCOVERED, its self-check still to run
         self.last_cause = "discovered"
         self.since_ns = time.monotonic_ns()
 
@@ -132,11 +137,22 @@ class Service:
         path = cfg.kernel_log if kernel_log_path is None else kernel_log_path
         self.kernel_log = KernelLogFollower(path, self.on_kernel_event) if path else None
         self.server: Server | None = None
+        self.workers = FairWorkerPool(cfg.request_workers, "request")  # blocking request work
+        self.own_errors = EpisodeLog()  # checks left inconclusive by fd/memory exhaustion
+        self._pending_adds: dict[str, PciChange] = {}  # hot-adds that could not be described yet
 
     # == start / stop ====================================================================
     def start(self, serve: bool = True) -> None:
+        self.workers.start()
         if serve:
-            self.server = Server(self, self.cfg.transport, self.cfg.max_outgoing_bytes)
+            self.server = Server(
+                self,
+                self.cfg.transport,
+                self.cfg.max_outgoing_bytes,
+                max_clients=self.cfg.max_clients,
+                max_in_flight=self.cfg.max_requests_in_flight,
+                fd_reserve=self.cfg.client_fd_reserve,
+            )
             self.server.start()
         if self.kernel_log:
             self.kernel_log.start()
@@ -177,6 +193,7 @@ class Service:
             self.kernel_log.stop()
         for t in self._threads:
             t.join(timeout=2)
+        self.workers.stop()
         if self.server:
             self.server.stop()
         log("stopped")
@@ -255,7 +272,7 @@ class Service:
                 raise ProtocolError(protocol.SHUTTING_DOWN, "the runtime is stopping", req.id)
             result = getattr(self, f"_m_{req.method}")(session, req)
             if result is not SENT:
-                session.send(protocol.reply(req.id, result))
+                session.send_reply(protocol.reply(req.id, result))
         except ProtocolError as exc:
             self._error(
                 session,
@@ -266,6 +283,9 @@ class Service:
             )
         except LeaseError as exc:
             self._error(session, req_id, exc.code, str(exc))
+        except Inconclusive as exc:
+            self.own_errors.inconclusive(exc, "request")
+            self._error(session, req_id, protocol.RESOURCE_EXHAUSTED, f"the runtime lacks resources: {exc}")
         except Exception as exc:  # noqa: BLE001 - the runtime keeps serving
             self.stats_counts["internal_errors"] += 1
             _log.error(f"internal error on {line[:200]!r}: {exc!r}\n{traceback.format_exc()}")
@@ -275,7 +295,7 @@ class Service:
         self, session: Session, req_id: Any, code: str, message: str, data: dict | None = None
     ) -> None:
         self.stats_counts["errors"] += 1
-        session.send(protocol.error(req_id, code, message, data))
+        session.send_reply(protocol.error(req_id, code, message, data))
 
     # == devices =========================================================================
     def _lookup(self, ident: str) -> Device:
@@ -322,7 +342,12 @@ class Service:
                     **({"timing_ms": {k: round(v, 3) for k, v in timing.items()}} if timing else {}),
                 },
             )
-        baselines = {src: totals(self.sysfs.aer_counters(src)) for src in filter(None, (info.bdf, port))}
+        baselines = {}
+        for src in filter(None, (info.bdf, port)):
+            try:
+                baselines[src] = totals(self.sysfs.aer_counters(src))
+            except Inconclusive as exc:  # no baseline: the first poll that can read sets it
+                self.own_errors.inconclusive(exc, f"{info.bdf} AER baseline")
         with self._lock:
             if self.devices.get(info.bdf) is not dev or dev.gone:
                 dev.busy = None
@@ -340,7 +365,12 @@ class Service:
                         "fingerprint": info.fingerprint,
                     },
                 )
-            self._start(dev, "hot_add", cause, lambda run: procedures.hot_add(self, run, info, hooks))
+            self._start_hot_add(dev, cause)
+
+    def _start_hot_add(self, dev: Device, entry: str) -> None:
+        dev.hot_add_entry = None
+        info, hooks = dev.info, dev.hooks
+        self._start(dev, "hot_add", entry, lambda run: procedures.hot_add(self, run, info, hooks))
 
     def _known_sources(self) -> set[str]:
         return {d.bdf for d in self.devices.values()} | {d.port for d in self.devices.values() if d.port}
@@ -452,6 +482,15 @@ class Service:
             dev.aer.clear()
             return True
 
+    def inconclusive(self, run: procedures.Run, exc: Inconclusive) -> None:
+        """A procedure's check could not run: log it; a hot-add is tried again on the next poll."""
+        self.own_errors.inconclusive(exc, f"{run.device} {run.run_id}")
+        if run.procedure == "hot_add":
+            with self._lock:
+                dev = self.devices.get(run.device)
+                if dev is not None and not dev.gone and dev.states.health == "DISCOVERED":
+                    dev.hot_add_entry = run.entry
+
     def isolate(self, bdf: str, cause: str) -> None:
         with self._lock:
             dev = self.devices.get(bdf)
@@ -527,12 +566,19 @@ class Service:
                 info = describe(self.sysfs, change.bdf)
             except DeviceGone:
                 return
+            except Inconclusive as exc:  # described again on the next poll
+                self.own_errors.inconclusive(exc, f"{change.bdf} hot-add")
+                with self._lock:
+                    self._pending_adds[change.bdf] = change
+                return
             timing = {
                 "queued_ms": (t0 - change.received_ns) / 1e6,
                 "describe_ms": (time.monotonic_ns() - t0) / 1e6,
             }
             self._add_device(info, "hot_add", change, timing)
         elif change.action == "remove" and not props.get("CHILD_SUBSYSTEM"):
+            with self._lock:
+                self._pending_adds.pop(change.bdf, None)
             self._vanished(change.bdf, "surprise")
         elif props.get("ERROR_EVENT"):
             self._aer_uevent(change)
@@ -565,6 +611,9 @@ class Service:
             info = describe(self.sysfs, bdf, previous)
         except DeviceGone:
             return
+        except Inconclusive as exc:  # the record stays as it was
+            self.own_errors.inconclusive(exc, f"{bdf} re-describe")
+            return
         with self._lock:
             if self.devices.get(bdf) is dev:
                 info.fingerprint = info.fingerprint or previous.fingerprint
@@ -581,8 +630,11 @@ class Service:
                     )
 
     # == AER ===================================================================================
-    def _poll_aer(self, bdfs: list[str] | None = None) -> None:
-        """Read aer_dev_* of the devices and their ports; port errors count on the devices below."""
+    def _poll_aer(self, bdfs: list[str] | None = None) -> int:
+        """Read aer_dev_* of the devices and their ports; port errors count on the devices below.
+
+        Returns how many sources could not be read for want of the runtime's own resources.
+        """
         with self._lock:
             devs = [d for d in self.devices.values() if not d.gone and (bdfs is None or d.bdf in bdfs)]
             sources = {d.bdf for d in devs} | {d.port for d in devs if d.port}
@@ -590,7 +642,13 @@ class Service:
             # health poll), and a stale read applied after a fresh one would look like
             # a counter reset and count every error again. The aer_dev_* files are
             # kernel memory, not config space, so reading them cannot block.
-            reads = {src: self.sysfs.aer_counters(src) for src in sorted(sources)}
+            reads, unread = {}, 0
+            for src in sorted(sources):
+                try:
+                    reads[src] = self.sysfs.aer_counters(src)
+                except Inconclusive as exc:  # not read: no delta now, the next read has it all
+                    self.own_errors.inconclusive(exc, f"{src} AER counters")
+                    unread += 1
             now = time.monotonic_ns()
             for src, counters in reads.items():
                 if not counters:
@@ -612,6 +670,7 @@ class Service:
                             **dev.aer.to_dict(now),
                         },
                     )
+        return unread
 
     def _aer_uevent(self, change: PciChange) -> None:
         event = change.properties.get("ERROR_EVENT", "")
@@ -627,11 +686,12 @@ class Service:
         self._poll_aer([bdf])
         if event == "BEGIN_RECOVERY":
             return
-        checkpoint = (
-            procedures.config_intact(self.sysfs, bdf, dev.info)
-            if event == "SUCCESSFUL_RECOVERY" and not dev.resetting
-            else None
-        )
+        checkpoint = None
+        if event == "SUCCESSFUL_RECOVERY" and not dev.resetting:
+            try:
+                checkpoint = procedures.config_intact(self.sysfs, bdf, dev.info)
+            except Inconclusive as exc:  # judged on AER alone; the next poll checks config
+                self.own_errors.inconclusive(exc, f"{bdf} AER recovery checkpoint")
         now = time.monotonic_ns()
         with self._lock:
             if self.devices.get(bdf) is not dev or dev.gone:
@@ -738,10 +798,23 @@ class Service:
                 self._expire_leases()
                 if time.monotonic() >= next_poll:
                     next_poll = time.monotonic() + poll_s
+                    self._retry_pending_adds()
                     self.health_poll(None, "health_poll")
+            except Inconclusive as exc:
+                self.own_errors.inconclusive(exc, "ticker")
             except Exception as exc:  # noqa: BLE001 - the ticker must survive a bug
                 self.stats_counts["internal_errors"] += 1
                 _log.error(f"ticker: {exc!r}\n{traceback.format_exc()}")
+
+    def _retry_pending_adds(self) -> None:
+        """Hot-adds whose description or self-check could not run for want of resources."""
+        with self._lock:
+            pending, self._pending_adds = self._pending_adds, {}
+            for dev in self.devices.values():
+                if dev.hot_add_entry and not dev.busy and not dev.gone and dev.states.health == "DISCOVERED":
+                    self._start_hot_add(dev, dev.hot_add_entry)
+        for change in pending.values():
+            self._on_change(change)
 
     def _expire_leases(self) -> None:
         with self._lock:
@@ -771,7 +844,17 @@ class Service:
         self._move_health(dev, "RELEASED", cause, {"name": "release", "ok": True})
         if dev.isolated or dev.leaving or dev.gone:
             return
-        checkpoint = procedures.config_intact(self.sysfs, dev.bdf, dev.info)
+        try:
+            checkpoint = procedures.config_intact(self.sysfs, dev.bdf, dev.info)
+        except Inconclusive as exc:  # it stays RELEASED (out of the pool); the next poll finishes it
+            self.own_errors.inconclusive(exc, f"{dev.bdf} release checkpoint")
+            dev.release_cause = cause
+            return
+        self._finish_release(dev, cause, checkpoint)
+
+    def _finish_release(self, dev: Device, cause: str, checkpoint: dict) -> None:
+        """RELEASED -> HEALTHY when the release checkpoint passed, else DEGRADED/FAULTED (lock held)."""
+        dev.release_cause = None
         verdict = dev.aer.verdict(time.monotonic_ns())
         target = self.table.worse(verdict.health, "HEALTHY" if checkpoint["ok"] else "FAULTED")
         if target == "HEALTHY":
@@ -785,7 +868,7 @@ class Service:
         """Checkpoint every (or the given) idle device: presence, config, AER (RST-03, LIFE-05)."""
         with self._lock:
             devs = [d for d in self.devices.values() if (bdfs is None or d.bdf in bdfs)]
-        self._poll_aer([d.bdf for d in devs])
+        inconclusive = self._poll_aer([d.bdf for d in devs])
         results = {}
         for dev in devs:
             recovering = dev.aer.recovering_since_ns
@@ -799,19 +882,30 @@ class Service:
                 why = dev.busy or ("a reset is still running" if dev.resetting else "not checkable now")
                 results[dev.bdf] = {"state": dev.states.health, "skipped": why}
                 continue
-            if not self.sysfs.exists(dev.bdf):
-                self._vanished(dev.bdf, "vanished")
-                results[dev.bdf] = {"state": "REMOVED", "cause": "vanished"}
+            try:
+                if not self.sysfs.exists(dev.bdf):
+                    self._vanished(dev.bdf, "vanished")
+                    results[dev.bdf] = {"state": "REMOVED", "cause": "vanished"}
+                    continue
+                checkpoint = procedures.config_intact(self.sysfs, dev.bdf, dev.info)
+            except Inconclusive as exc:  # says nothing about the device: it keeps its state
+                self.own_errors.inconclusive(exc, f"{dev.bdf} health poll")
+                inconclusive += 1
+                results[dev.bdf] = {"state": dev.states.health, "skipped": f"inconclusive: {exc}"}
                 continue
-            checkpoint = procedures.config_intact(self.sysfs, dev.bdf, dev.info)
             with self._lock:
                 if self.devices.get(dev.bdf) is dev and not dev.busy:
-                    self._judge(dev, checkpoint, cause)
+                    if dev.release_cause and dev.states.health == "RELEASED":
+                        self._finish_release(dev, dev.release_cause, checkpoint)
+                    else:
+                        self._judge(dev, checkpoint, cause)
                 results[dev.bdf] = {
                     "state": dev.states.health,
                     "checkpoint": checkpoint,
                     "aer": dev.aer.to_dict(time.monotonic_ns()),
                 }
+        if not inconclusive and devs:
+            self.own_errors.conclusive()
         return results
 
     # == protocol methods ================================================================
@@ -901,7 +995,7 @@ class Service:
                 if since is not None and seq > since and (event_filter is None or name in event_filter)
             ]
             oldest = self.history[0][0] if self.history else self._seq + 1
-            session.send(
+            session.send_reply(
                 protocol.reply(
                     req.id, {"seq": self._seq, "replayed": len(replay), "history_starts_at": oldest}
                 )
@@ -1012,9 +1106,9 @@ class Service:
     def _deferred(self, session: Session, req: protocol.Request):
         def done(result: Any) -> None:
             if isinstance(result, dict) and "internal_error" in result:
-                session.send(protocol.error(req.id, protocol.INTERNAL, result["internal_error"]))
+                session.send_reply(protocol.error(req.id, protocol.INTERNAL, result["internal_error"]))
             else:
-                session.send(protocol.reply(req.id, result))
+                session.send_reply(protocol.reply(req.id, result))
 
         return done
 
@@ -1074,11 +1168,17 @@ class Service:
     def _m_health_poll(self, session: Session, req: protocol.Request):
         bdfs = [self._lookup(req.params["device"]).bdf] if "device" in req.params else None
         done = self._deferred(session, req)
-        threading.Thread(
-            target=lambda: done({"devices": self.health_poll(bdfs, "health_poll:request")}),
-            name="health-poll",
-            daemon=True,
-        ).start()
+
+        def poll() -> None:
+            try:
+                result = {"devices": self.health_poll(bdfs, "health_poll:request")}
+            except Exception as exc:  # noqa: BLE001 - the request still gets its one reply
+                self.stats_counts["internal_errors"] += 1
+                _log.error(f"health_poll request failed: {exc!r}\n{traceback.format_exc()}")
+                result = {"internal_error": f"internal error: {exc!r}"[:300]}
+            done(result)
+
+        self.workers.submit(session.id, poll)  # a few threads, fair between sessions
         return SENT
 
     def _m_stats(self, session: Session, req: protocol.Request) -> dict:
@@ -1101,6 +1201,8 @@ class Service:
                 "devices": len(self.devices),
                 "leases": len(self.leases.all()),
                 "threads": threading.active_count(),
+                "clients_refused": self.server.clients_refused if self.server else 0,
+                "inconclusive_checks": self.own_errors.total,
                 "open_fds": fds,
                 "topology_generation": self.generation,
             }

@@ -3,15 +3,20 @@
 Why: the runtime runs as root on real hosts and in the guest, but its unit
 tests run against a fake tree in a temporary folder (``root``), so nothing in
 the runtime may open ``/sys`` (or ``/proc``, ``/dev``) directly.
+
+Reads that fail for want of the runtime's own resources (EMFILE, ENOMEM, ...)
+raise own_resources.Inconclusive instead of reading as "absent" or
+"unreadable": such a failure says nothing about the device.
 """
 
 from __future__ import annotations
 
-import glob
+import fnmatch
 import mmap
 import os
 import re
 
+from .own_resources import inconclusive_from
 from .pciconfig import sparse_config
 
 PCI_DEVICES = ("sys", "bus", "pci", "devices")
@@ -37,8 +42,19 @@ class Sysfs:
         return _read_text(self.path(*parts))
 
     def glob(self, *parts: str) -> list[str]:
-        """Sorted paths matching the pattern ``parts``, relative to root (for read_text)."""
-        return sorted(os.path.relpath(p, self.root) for p in glob.glob(self.path(*parts)))
+        """Sorted paths matching the pattern ``parts``, relative to root (for read_text).
+
+        Not the glob module: it reads a folder it cannot open (EMFILE) as empty.
+        """
+        found = [self.root]
+        for pattern in "/".join(p.strip("/") for p in parts).split("/"):
+            if not pattern:
+                continue
+            if not any(c in pattern for c in "*?["):
+                found = [os.path.join(d, pattern) for d in found]
+                continue
+            found = [os.path.join(d, n) for d in found for n in _listdir(d) if _glob_match(n, pattern)]
+        return sorted(os.path.relpath(p, self.root) for p in found if os.path.lexists(p))
 
     def device_path(self, bdf: str, *parts: str) -> str:
         """Path of devices/BDF[/parts] (the bus link, not the resolved device folder)."""
@@ -47,14 +63,15 @@ class Sysfs:
     # --- enumeration -------------------------------------------------------
     def pci_addresses(self) -> list[str]:
         """Sorted BDFs ("0000:01:00.0") under sys/bus/pci/devices."""
-        try:
-            names = os.listdir(self.path(*PCI_DEVICES))
-        except OSError:
-            return []
-        return sorted(n for n in names if BDF_RE.match(n))
+        return sorted(n for n in _listdir(self.path(*PCI_DEVICES)) if BDF_RE.match(n))
 
     def exists(self, bdf: str) -> bool:
-        return os.path.exists(self.device_path(bdf))
+        try:
+            os.stat(self.device_path(bdf))
+        except (OSError, ValueError) as exc:
+            inconclusive_from(exc, f"{bdf}: presence")
+            return False
+        return True
 
     def parent_bdf(self, bdf: str) -> str | None:
         """BDF of the bridge/port above the device (from its resolved path); None on a root bus."""
@@ -69,14 +86,18 @@ class Sysfs:
         are read (the rest is zero; see pciconfig.sparse_config): config reads
         are slow bus transactions. ``full=True`` reads every byte (for dumps).
         """
-        with open(self.device_path(bdf, "config"), "rb", buffering=0) as f:
-            if full:
-                return f.read(4096)
-            legacy = f.read(256)
-            if len(legacy) < 256 or os.fstat(f.fileno()).st_size <= 256:
-                return legacy
-            fd = f.fileno()
-            return sparse_config(legacy, lambda offset, size: os.pread(fd, size, offset))
+        try:
+            with open(self.device_path(bdf, "config"), "rb", buffering=0) as f:
+                if full:
+                    return f.read(4096)
+                legacy = f.read(256)
+                if len(legacy) < 256 or os.fstat(f.fileno()).st_size <= 256:
+                    return legacy
+                fd = f.fileno()
+                return sparse_config(legacy, lambda offset, size: os.pread(fd, size, offset))
+        except OSError as exc:
+            inconclusive_from(exc, f"{bdf}: config read")
+            raise
 
     def attr(self, bdf: str, name: str) -> str | None:
         """Stripped text of devices/BDF/NAME; None if absent or unreadable."""
@@ -90,7 +111,8 @@ class Sysfs:
         """Basename of the ``driver`` link, None when unbound."""
         try:
             return os.path.basename(os.readlink(self.device_path(bdf, "driver")))
-        except OSError:
+        except OSError as exc:
+            inconclusive_from(exc, f"{bdf}: driver link")
             return None
 
     def resources(self, bdf: str) -> list[tuple[int, int, int]]:
@@ -117,22 +139,14 @@ class Sysfs:
 
     def msi_irqs(self, bdf: str) -> list[int]:
         """IRQ numbers of allocated MSI/MSI-X vectors (the ``msi_irqs`` folder)."""
-        try:
-            names = os.listdir(self.device_path(bdf, "msi_irqs"))
-        except OSError:
-            return []
-        return sorted(int(n) for n in names if n.isdigit())
+        return sorted(int(n) for n in _listdir(self.device_path(bdf, "msi_irqs")) if n.isdigit())
 
     # --- slots -------------------------------------------------------------
     def slot_of(self, bdf: str) -> str | None:
         """Name N of bus/pci/slots/N whose ``address`` is this device's domain:bus:dev."""
         device_address = bdf.rsplit(".", 1)[0]
         bus_address = device_address.rsplit(":", 1)[0]
-        try:
-            slots = sorted(os.listdir(self.path(*PCI_SLOTS)))
-        except OSError:
-            return None
-        for slot in slots:
+        for slot in sorted(_listdir(self.path(*PCI_SLOTS))):
             address = _read_text(self.path(*PCI_SLOTS, slot, "address"))
             if address in (device_address, bus_address):
                 return slot
@@ -154,7 +168,8 @@ class Sysfs:
         path = self.device_path(bdf, f"resource{bar}")
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
+        except OSError as exc:
+            inconclusive_from(exc, f"{bdf}: BAR{bar} read")
             return None
         try:
             length = os.fstat(fd).st_size
@@ -164,7 +179,8 @@ class Sysfs:
             if data is None:
                 data = os.pread(fd, size, offset)
             return data if len(data) == size else None
-        except OSError:
+        except OSError as exc:
+            inconclusive_from(exc, f"{bdf}: BAR{bar} read")
             return None
         finally:
             os.close(fd)
@@ -191,7 +207,7 @@ class Sysfs:
         """Root-relative paths of ``inflight`` files of block devices below the device."""
         top = os.path.realpath(self.device_path(bdf))
         found: list[str] = []
-        for dirpath, dirnames, filenames in os.walk(top):
+        for dirpath, dirnames, filenames in os.walk(top, onerror=_raise_own_resource_error):
             depth = dirpath[len(top) :].count(os.sep)
             if "inflight" in filenames and "dev" in filenames and dirpath != top:
                 found.append(os.path.relpath(os.path.join(dirpath, "inflight"), self.root))
@@ -237,8 +253,27 @@ def _read_text(path: str) -> str | None:
     try:
         with open(path, "rb") as f:
             return f.read().decode("utf-8", "replace").strip()
-    except OSError:
+    except OSError as exc:
+        inconclusive_from(exc, f"reading {path}")
         return None
+
+
+def _listdir(path: str) -> list[str]:
+    """Names in a folder; [] when it is absent or unreadable (not for want of resources)."""
+    try:
+        return os.listdir(path)
+    except OSError as exc:
+        inconclusive_from(exc, f"listing {path}")
+        return []
+
+
+def _glob_match(name: str, pattern: str) -> bool:
+    """glob's rule: a wildcard does not match a leading dot."""
+    return (not name.startswith(".") or pattern.startswith(".")) and fnmatch.fnmatchcase(name, pattern)
+
+
+def _raise_own_resource_error(exc: OSError) -> None:
+    inconclusive_from(exc, f"walking {exc.filename}")
 
 
 def _write_text(path: str, value: str) -> None:
@@ -266,7 +301,8 @@ def _mmap_read(fd: int, offset: int, size: int) -> bytes | None:
     page = offset - offset % mmap.ALLOCATIONGRANULARITY
     try:
         mapped = mmap.mmap(fd, offset - page + size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
-    except (OSError, ValueError):
+    except (OSError, ValueError) as exc:
+        inconclusive_from(exc, "mapping a BAR")
         return None
     try:
         view = memoryview(mapped)

@@ -5,6 +5,15 @@ reading must never block the runtime. Each client has a bounded outgoing
 buffer; events past the bound are dropped and counted (the service reports
 them), replies are never dropped, and a client over its bound is not read
 from until it drains (backpressure instead of unbounded memory).
+
+Why bounds on clients and on requests in flight: one client must not take
+what the others need. A connection past ``max_clients`` gets one
+TOO_MANY_CLIENTS line and is closed (the runtime keeps file descriptors for
+its devices); a session with ``max_in_flight`` requests unanswered is not
+read from until one completes; complete lines are served round-robin, one
+per session per round. When accept itself fails for want of resources
+(EMFILE, ...), the runtime stops listening for a short, growing interval
+and logs once per episode instead of spinning.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import resource
 import select
 import selectors
 import socket
@@ -21,8 +31,13 @@ from collections import deque
 from typing import Protocol
 
 from . import protocol
+from .own_resources import is_own_resource_error
 
 READ_CHUNK = 65536
+ROUNDS_PER_TURN = 16  # round-robin rounds (one line per session each) before the next select
+ACCEPTS_PER_TURN = 64
+ACCEPT_BACKOFF_FIRST_S = 0.05
+ACCEPT_BACKOFF_MAX_S = 1.0
 
 
 _log = logging.getLogger("hilconform.runtime")
@@ -47,6 +62,7 @@ class Session:
         # virtio-serial: a quick host reconnect can be invisible to the guest, so a
         # hello there also starts a fresh session (see docs/protocol.md)
         self.fresh_on_hello = False
+        self.in_flight = 0  # requests handed to the handler and not answered yet
         self._wake = wake
         self._lock = threading.Lock()
         self._out: deque[tuple[bytes, bool]] = deque()  # (line, is an event)
@@ -56,6 +72,16 @@ class Session:
     def send(self, message: dict, droppable: bool = False) -> bool:
         """Queue a message; a droppable one (an event) is dropped when the buffer is full."""
         return self.send_raw(protocol.encode(message), droppable)
+
+    def begin_request(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+
+    def send_reply(self, message: dict) -> bool:
+        """Queue the one reply (result or error) to a request the transport handed over."""
+        with self._lock:
+            self.in_flight = max(0, self.in_flight - 1)
+        return self.send(message)
 
     def send_raw(self, data: bytes, droppable: bool = False) -> bool:
         with self._lock:
@@ -140,11 +166,19 @@ class Server:
         endpoint: str,
         max_outgoing_bytes: int = 1 << 20,
         max_line_bytes: int = protocol.MAX_LINE_BYTES,
+        max_clients: int = 64,
+        max_in_flight: int = 16,
+        fd_reserve: int = 32,
     ):
         self.handler = handler
         self.kind, _, self.where = endpoint.partition(":")
         self.max_out = max_outgoing_bytes
         self.max_line = max_line_bytes
+        self.max_clients = max_clients
+        self.max_in_flight = max_in_flight
+        # a client whose fd would be at or above this is refused: the rest stay for device checks
+        soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.fd_ceiling = soft_limit - fd_reserve if soft_limit != resource.RLIM_INFINITY else 1 << 30
         self._sel = selectors.DefaultSelector()
         self._rpipe, self._wpipe = os.pipe()
         os.set_blocking(self._rpipe, False)
@@ -160,6 +194,13 @@ class Server:
         self._flush_deadline = 1.0
         self._next_open = 0.0
         self._open_logged: int | None = None
+        self._work_pending = False  # complete lines wait that may be served now: do not sleep in select
+        self.clients_refused = 0
+        self._refusing = False  # an episode of refusals past max_clients (logged once)
+        self._accept_paused_until: float | None = None  # backing off after accept failed
+        self._accept_backoff_s = 0.0
+        self._accept_failures = 0  # in the current episode
+        self._accept_failing_since = 0.0
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -192,7 +233,7 @@ class Server:
             pass
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(self.where)
-        sock.listen(16)
+        sock.listen(max(socket.SOMAXCONN, self.max_clients))  # simultaneous connects queue, not fail
         sock.setblocking(False)
         self._listener = sock
         self._sel.register(sock, selectors.EVENT_READ, "listen")
@@ -209,6 +250,9 @@ class Server:
     def _add_conn(self, conn: _Conn) -> None:
         self._conns[conn.fd] = conn
         self._set_interest(conn, selectors.EVENT_READ)
+
+    def client_count(self) -> int:
+        return len(self._conns)
 
     def _drop_conn(self, conn: _Conn, why: str) -> None:
         if self._conns.pop(conn.fd, None) is None:
@@ -227,7 +271,8 @@ class Server:
             while not self._stop.is_set():
                 if self.kind == "virtio-serial":
                     self._virtio_poll()
-                for key, mask in self._sel.select(timeout=0.1):
+                self._resume_accepting()
+                for key, mask in self._sel.select(timeout=self._select_timeout()):
                     if key.data == "wake":
                         self._drain_wake()
                     elif key.data == "listen":
@@ -238,8 +283,7 @@ class Server:
                             self._flush(conn)
                         if mask & selectors.EVENT_READ and conn.fd in self._conns:
                             self._read(conn)
-                for conn in list(self._conns.values()):
-                    self._service(conn)
+                self._serve_round_robin()
             self._final_flush()
         except Exception as exc:  # the I/O thread must never die silently
             log(f"I/O thread failed: {exc!r}")
@@ -254,17 +298,89 @@ class Server:
         except BlockingIOError:
             pass
 
+    def _select_timeout(self) -> float:
+        if self._work_pending:
+            return 0.0
+        if self._accept_paused_until is not None:
+            return max(0.0, min(0.1, self._accept_paused_until - _now()))
+        return 0.1
+
     def _accept(self) -> None:
-        while True:
+        for _ in range(ACCEPTS_PER_TURN):  # bounded: the clients already here are served too
             try:
                 sock, _ = self._listener.accept()
             except (BlockingIOError, InterruptedError):
+                self._accepting_again()
                 return
+            except ConnectionAbortedError:
+                continue
             except OSError as exc:
-                log(f"accept failed: {exc}")
+                self._back_off_accepting(exc)
                 return
+            self._accepting_again()
+            if len(self._conns) >= self.max_clients or sock.fileno() >= self.fd_ceiling:
+                self._refuse(sock)
+                continue
+            if self._refusing:
+                self._refusing = False
+                log(f"accepting clients again ({self.clients_refused} refused so far)")
             sock.setblocking(False)
             self._add_conn(_Conn(sock.fileno(), self._new_session(f"unix#{self._next_sid}"), sock))
+
+    def _refuse(self, sock: socket.socket) -> None:
+        """One TOO_MANY_CLIENTS line (a fresh socket's buffer holds it), then close."""
+        self.clients_refused += 1
+        if not self._refusing:
+            self._refusing = True
+            log(
+                f"refusing clients: {len(self._conns)} connected (max_clients {self.max_clients}, "
+                f"file descriptors below {self.fd_ceiling} for clients)"
+            )
+        line = protocol.encode(
+            protocol.error(
+                None,
+                protocol.TOO_MANY_CLIENTS,
+                f"the runtime serves at most {self.max_clients} clients at a time; try again later",
+                {"max_clients": self.max_clients},
+            )
+        )
+        try:
+            sock.setblocking(False)
+            sock.send(line)
+        except OSError:
+            pass
+        sock.close()
+
+    def _back_off_accepting(self, exc: OSError) -> None:
+        """Stop listening for a growing interval; log at the start of the episode only."""
+        now = _now()
+        if self._accept_failures == 0:
+            self._accept_failing_since = now
+            kind = "the runtime's own resources" if is_own_resource_error(exc) else "an error"
+            log(
+                f"accept failed ({kind}): {exc}; not accepting for up to {ACCEPT_BACKOFF_MAX_S:g} s "
+                "at a time until it succeeds (logged once)"
+            )
+        self._accept_failures += 1
+        self._accept_backoff_s = min(
+            ACCEPT_BACKOFF_MAX_S, max(ACCEPT_BACKOFF_FIRST_S, self._accept_backoff_s * 2)
+        )
+        self._accept_paused_until = now + self._accept_backoff_s
+        self._sel.unregister(self._listener)
+
+    def _resume_accepting(self) -> None:
+        if self._accept_paused_until is not None and _now() >= self._accept_paused_until:
+            self._accept_paused_until = None
+            self._sel.register(self._listener, selectors.EVENT_READ, "listen")
+
+    def _accepting_again(self) -> None:
+        if self._accept_failures:
+            log(
+                f"accept works again after {self._accept_failures} failed attempt(s) "
+                f"over {_now() - self._accept_failing_since:.1f} s"
+            )
+            self._accept_failures = 0
+            self._accept_backoff_s = 0.0
 
     def _read(self, conn: _Conn) -> None:
         try:
@@ -290,7 +406,7 @@ class Server:
                     return
                 del conn.inbuf[: cut + 1]
                 conn.discarding = False
-            if conn.inbuf.find(b"\n", 0, self.max_line + 1) >= 0 or len(conn.inbuf) <= self.max_line:
+            if _first_line_fits(conn.inbuf, self.max_line):
                 return
             conn.session.send(
                 protocol.error(
@@ -299,25 +415,48 @@ class Server:
             )
             conn.discarding = True
 
-    def _service(self, conn: _Conn) -> None:
-        """Handle complete lines while there is room to answer, flush, and set interest."""
-        session = conn.session
-        while conn.fd in self._conns and session.has_room():
-            cut = conn.inbuf.find(b"\n")
-            if cut < 0:
+    def _can_take(self, session: Session) -> bool:
+        """Room to answer and a request slot free: else the session waits (backpressure)."""
+        return session.has_room() and session.in_flight < self.max_in_flight
+
+    def _serve_round_robin(self) -> None:
+        """One complete line of each session per round, so a pipelining client cannot
+        starve the others; then flush and set every session's interest."""
+        conns = list(self._conns.values())
+        for _ in range(ROUNDS_PER_TURN):
+            conns = [c for c in conns if self._serve_one_line(c)]
+            if not conns:
                 break
-            line = bytes(conn.inbuf[:cut]).rstrip(b"\r")
-            del conn.inbuf[: cut + 1]
-            if line.strip():
-                self.handler.handle_line(session, line)
-        if conn.fd not in self._conns:
-            return
+        self._work_pending = False
+        for conn in list(self._conns.values()):
+            self._settle(conn)
+
+    def _serve_one_line(self, conn: _Conn) -> bool:
+        """Hand the next complete line to the handler; False when there is none to serve now."""
+        if conn.fd not in self._conns or not self._can_take(conn.session):
+            return False
+        cut = conn.inbuf.find(b"\n")
+        if cut < 0:
+            return False
+        line = bytes(conn.inbuf[:cut]).rstrip(b"\r")
+        del conn.inbuf[: cut + 1]
+        if line.strip():
+            conn.session.begin_request()
+            self.handler.handle_line(conn.session, line)
+        return True
+
+    def _settle(self, conn: _Conn) -> None:
+        """Flush, then read only from a session that may take more; write while output waits."""
+        session = conn.session
         self._flush(conn)
         if conn.fd not in self._conns:
             return
         want = 0
-        if session.has_room() and b"\n" not in conn.inbuf:
-            want |= selectors.EVENT_READ  # backpressure: a client over its bound is not read
+        if self._can_take(session):
+            if b"\n" in conn.inbuf:
+                self._work_pending = True
+            else:
+                want |= selectors.EVENT_READ
         if session.output_bytes():
             want |= selectors.EVENT_WRITE
         self._set_interest(conn, want)
@@ -413,3 +552,12 @@ class Server:
 
 def _now() -> float:
     return time.monotonic()
+
+
+def _first_line_fits(buf: bytearray, limit: int) -> bool:
+    """Does the first line of ``buf`` (without its ``\r\n`` or ``\n``) fit ``limit`` bytes,
+    or may it still (no newline yet)?"""
+    cut = buf.find(b"\n", 0, limit + 2)
+    if cut >= 0:
+        return cut <= limit or buf[limit] == 0x0D  # limit+1 bytes before the \n: the last is \r
+    return len(buf) <= limit or (len(buf) == limit + 1 and buf[limit] == 0x0D)

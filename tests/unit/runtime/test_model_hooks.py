@@ -53,8 +53,9 @@ def fake(tmp_path):
 
 def _model(fake, bar0: bytes, enable: str = "1"):
     config = ConfigBuilder(vendor=0x10DE, device=0x20B0, class_code=0x030200).build()
-    dev = fake.add_device(GPU, config, resource=[mem_bar(0xFD000000, 0x1000000, mem64=False)],
-                          mmio={0: bytes(bar0)})
+    dev = fake.add_device(
+        GPU, config, resource=[mem_bar(0xFD000000, 0x1000000, mem64=False)], mmio={0: bytes(bar0)}
+    )
     (dev / "enable").write_text(enable + "\n")
     return describe(fake.sysfs, GPU), dev
 

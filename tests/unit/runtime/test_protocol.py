@@ -42,12 +42,47 @@ SAFE_METHODS = sorted(set(protocol.METHODS) - {"shutdown"})
         (b'{"v":1,"id":1,"method":"hello","params":[]}', protocol.INVALID_PARAMS),
         (b'{"v":1,"id":1,"method":"hello","params":{"bogus":1}}', protocol.INVALID_PARAMS),
         (b"[" * 100_000, protocol.LINE_TOO_LONG),
+        # numbers: in range before any use (an integer of 10**309 has no float)
+        (
+            b'{"v":1,"id":1,"method":"renew","params":{"lease":"L1","ttl_s":1' + b"0" * 309 + b"}}",
+            protocol.INVALID_PARAMS,
+        ),
+        (
+            b'{"v":1,"id":1,"method":"allocate","params":{"class":"x","ttl_s":86400.5}}',
+            protocol.INVALID_PARAMS,
+        ),
+        (b'{"v":1,"id":1,"method":"allocate","params":{"class":"x","ttl_s":0}}', protocol.INVALID_PARAMS),
+        (b'{"v":1,"id":1,"method":"allocate","params":{"class":"x","ttl_s":false}}', protocol.INVALID_PARAMS),
+        (b'{"v":1,"id":1,"method":"allocate","params":{"class":"x","count":1025}}', protocol.INVALID_PARAMS),
+        (b'{"v":1,"id":1,"method":"allocate","params":{"class":"x","count":0}}', protocol.INVALID_PARAMS),
+        (b'{"v":1,"id":1,"method":"subscribe","params":{"since_seq":-1}}', protocol.INVALID_PARAMS),
+        (b'{"v":1,"id":1,"method":"hello","params":{"versions":[1.0]}}', protocol.INVALID_PARAMS),
+        (b'{"v":1,"id":1,"method":"hello","params":{"versions":[true]}}', protocol.INVALID_PARAMS),
+        (b'{"v":1,"id":1,"method":"hello","params":{"versions":[0]}}', protocol.INVALID_PARAMS),
+        (
+            b'{"v":1,"id":1,"method":"hello","params":{"versions":' + b"[1" + b",1" * 64 + b"]}}",
+            protocol.INVALID_PARAMS,
+        ),
+        (b'{"v":1,"id":1,"method":"renew","params":{"lease":"L1","ttl_s":-Infinity}}', protocol.PARSE_ERROR),
     ],
 )
 def test_decode_refusals(line, code):
     with pytest.raises(ProtocolError) as err:
         decode_request(line)
     assert err.value.code == code
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"class": "x", "ttl_s": 86400},
+        {"class": "x", "ttl_s": 1e-9},
+        {"class": "x", "count": 1024},
+        {"class": "x", "count": 1},
+    ],
+)
+def test_numbers_at_their_bounds_are_accepted(params):
+    assert decode_request(protocol.encode(protocol.request(1, "allocate", params))).params == params
 
 
 def test_decode_keeps_the_id_when_it_can():
