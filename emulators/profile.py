@@ -27,6 +27,8 @@ HOTPLUG_MODES = ("native", "acpi")
 LINK_SPEEDS = ("2_5", "5", "8", "16")
 LINK_WIDTHS = ("1", "2", "4", "8", "12", "16", "32")
 EMPTY = "empty"
+# Root ports that fit on q35's pcie.0: device numbers 0x10-0x1e, eight functions each (qemu_command.py).
+MAX_SLOTS = 120
 MODEL_PREFIX = "model:"  # a slot device `model:a100-sxm4` is the device model emulators/models/a100-sxm4.toml
 
 
@@ -245,6 +247,8 @@ class _ProfileReader:
         budget_values = {}
         for key in budgets:
             budget_values[key] = self.get(budgets, key, float, "budgets")
+        if len(slots_raw) > MAX_SLOTS:
+            raise self.fail("slots", f"{len(slots_raw)} slots: at most {MAX_SLOTS} root ports fit on pcie.0")
         slots = tuple(self.read_slot(i, s) for i, s in enumerate(slots_raw))
         self.check_unique(slots)
         return HostProfile(

@@ -14,12 +14,14 @@ from pathlib import Path
 from .errors import InfrastructureError
 from .image import CHECKOUT, GuestImage
 from .layout import InstanceLayout
-from .profile import DeviceKind, HostProfile, Slot
+from .profile import MAX_SLOTS, DeviceKind, HostProfile, Slot
 from .vfio_user.model import load_model, window_reserve
 
 ACCELERATORS = ("tcg", "kvm")
 KERNEL_ARGS = "console=ttyS0 root=/dev/vda rw loglevel=5 panic=-1"
 FIRST_PORT_ADDR = 0x10
+PORT_DEVICES = 0x1F - FIRST_PORT_ADDR  # device numbers 0x10 ... 0x1e; 0x1f is the ICH9 LPC bridge
+assert PORT_DEVICES * 8 == MAX_SLOTS
 RUNTIME_PORT_NAME = "org.hilconform.runtime.0"
 AGENT_PORT_NAME = "org.qemu.guest_agent.0"
 # Opt-in NIC for SSH into the guest (the guest as a stand-in "real host"): user-mode
@@ -31,12 +33,29 @@ def _device(**props) -> list[str]:
     return ["-device", json.dumps(props, separators=(",", ":"))]
 
 
-def port_args(slot: Slot, index: int, reserve: dict | None = None) -> list[str]:
+def port_address(index: int, ports: int) -> tuple[str, bool]:
+    """(addr, multifunction) of the `index`-th of `ports` root ports on pcie.0.
+
+    Up to PORT_DEVICES ports each get a device number of its own (0x10 ...); a host with more
+    packs eight per device number as functions (0x10.0 ... 0x10.7, 0x11.0 ...), since device 0x1f
+    is the ICH9 LPC bridge. Function 0 of a packed device is marked multifunction.
+    """
+    if ports > MAX_SLOTS:
+        raise ValueError(f"{ports} root ports: at most {MAX_SLOTS} fit on pcie.0")
+    if ports <= PORT_DEVICES:
+        return f"0x{FIRST_PORT_ADDR + index:x}", False
+    device, function = divmod(index, 8)
+    return f"0x{FIRST_PORT_ADDR + device:x}.{function}", function == 0
+
+
+def port_args(slot: Slot, index: int, ports: int, reserve: dict | None = None) -> list[str]:
+    addr, multifunction = port_address(index, ports)
     return _device(
         driver="pcie-root-port",
         id=slot.port_id,
         bus="pcie.0",
-        addr=f"0x{FIRST_PORT_ADDR + index:x}",
+        addr=addr,
+        **({"multifunction": True} if multifunction else {}),
         chassis=slot.chassis,
         slot=slot.slot,
         **{"x-speed": slot.link_speed, "x-width": slot.link_width},
@@ -169,7 +188,7 @@ def build_argv(
     for index, slot in enumerate(profile.slots):
         # One throttle group per slot, so any queue device (cold- or hot-plugged) can be slowed.
         argv += ["-object", json.dumps(throttle_group_object(slot.name), separators=(",", ":"))]
-        argv += port_args(slot, index, model_port_reserve(profile, slot))
+        argv += port_args(slot, index, len(profile.slots), model_port_reserve(profile, slot))
         if slot.populated:
             kind = profile.kind(slot.device)
             if kind.queue == "nbd":

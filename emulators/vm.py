@@ -12,12 +12,13 @@ from __future__ import annotations
 import atexit
 import json
 import socket
+import subprocess
 import time
 import weakref
 from pathlib import Path
 
 from . import instance_dir
-from .errors import InfrastructureError, QemuDied
+from .errors import InfrastructureError, QemuDied, QmpError
 from .guest_agent import GuestAgent
 from .image import GuestImage
 from .layout import InstanceLayout
@@ -31,6 +32,8 @@ from .vfio_user import guest_driver
 from .vfio_user.host import ModelHost
 
 _live_vms: weakref.WeakSet[EmulatedVM] = weakref.WeakSet()
+# After QMP fails at start: how long QEMU may take to exit before the QMP error is all we say.
+QEMU_EXIT_GRACE_S = 3.0
 
 
 @atexit.register
@@ -101,8 +104,12 @@ class EmulatedVM:
             self.qemu = ChildProcess("qemu", argv, self.layout.qemu_log, self.layout.pids)
             wait_for_path(self.layout.qmp_socket, 15.0, self.qemu)
             self.qmp = QmpSession(self.layout.qmp_socket, self.layout.qmp_events)
-            self.qmp.connect()
-            self.qmp.execute("cont")
+            try:
+                self.qmp.connect()
+                self.qmp.execute("cont")
+            except QmpError:
+                self._raise_if_qemu_exits()  # QEMU made its socket, then gave up: its words, not EOF
+                raise
             self.timings["qemu_started_s"] = time.monotonic() - started
             self.agent = GuestAgent(self.layout.agent_socket)
             self.agent.wait_ready(ready_timeout_s, alive=self.check_alive)
@@ -147,6 +154,14 @@ class EmulatedVM:
         self.agent.close()
         self.agent.wait_ready(ready_timeout_s, alive=self.check_alive)
         return time.monotonic() - started
+
+    def _raise_if_qemu_exits(self, within_s: float = QEMU_EXIT_GRACE_S) -> None:
+        """QemuDied (with QEMU's last words) if QEMU ends within `within_s`; else return."""
+        try:
+            self.qemu.popen.wait(timeout=within_s)
+        except subprocess.TimeoutExpired:
+            return
+        self.check_alive()
 
     def check_alive(self) -> None:
         """Raise QemuDied (with QEMU's output and the console tail) if QEMU is gone."""

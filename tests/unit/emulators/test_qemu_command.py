@@ -74,3 +74,12 @@ def test_fpga_uses_edu_without_queues():
 def test_unknown_accelerator_is_refused():
     with pytest.raises(InfrastructureError, match="unknown accelerator 'hvf'"):
         build_argv("qemu", load_profile("t4-stock"), IMAGE, LAYOUT, accel="hvf")
+
+
+def test_root_ports_keep_a_device_number_each_up_to_fifteen_then_pack_as_functions():
+    from hilconform.emulators.qemu_command import port_address
+
+    assert [port_address(i, 15) for i in (0, 14)] == [("0x10", False), ("0x1e", False)]
+    packed = [port_address(i, 16) for i in range(16)]
+    assert packed[0] == ("0x10.0", True) and packed[7] == ("0x10.7", False) and packed[8] == ("0x11.0", True)
+    assert port_address(119, 120) == ("0x1e.7", False)  # never 0x1f, the ICH9 LPC bridge
