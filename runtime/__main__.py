@@ -14,6 +14,8 @@ import sys
 from .config import ConfigError, load
 from .own_resources import Inconclusive
 
+GIL_SWITCH_INTERVAL_S = 0.001
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m hilconform.runtime", description=__doc__)
@@ -33,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.check_config:
         print(f"hilconform-runtime: {cfg.path}: ok")
         return 0
+    # Hand the GIL over every 1 ms, not 5: the I/O thread answers clients while request
+    # workers run health polls, and each handover it waits for delays every reply.
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
 
     from .service import Service  # after the config: a config error needs no pyudev
 

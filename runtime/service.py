@@ -541,11 +541,8 @@ class Service:
             self.emit("removed", {"device": bdf, "cause": cause, "fingerprint": dev.info.fingerprint})
             if not dev.leaving:
                 self._topology(cause, left=bdf)
-            if dev.leaving:
-                # An orderly removal: a different unit in this slot later is a
-                # replacement. A device that vanished (udev "surprise" or found gone
-                # by the health poll) keeps its identity, so a swap is flagged.
-                self.identities.forget(dev.info)
+            # The slot keeps the identity of what left it, however it left (orderly or not):
+            # another unit there later is flagged (DISC-05), the same unit back is not.
             for src in (bdf,) + ((dev.port,) if dev.port and dev.port not in self._known_sources() else ()):
                 self._counter.forget(src)
 
@@ -1000,8 +997,7 @@ class Service:
                     req.id, {"seq": self._seq, "replayed": len(replay), "history_starts_at": oldest}
                 )
             )
-            for raw in replay:
-                session.send_raw(raw, droppable=True)
+            session.send_events(replay)
             session.event_filter = event_filter
             session.subscribed = True
         return SENT

@@ -19,6 +19,7 @@ and logs once per episode instead of spinning.
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
 import resource
@@ -34,7 +35,8 @@ from . import protocol
 from .own_resources import is_own_resource_error
 
 READ_CHUNK = 65536
-ROUNDS_PER_TURN = 16  # round-robin rounds (one line per session each) before the next select
+WRITE_CHUNK = 65536  # queued lines are written together, up to this many bytes per write
+ROUNDS_PER_TURN = 4  # round-robin rounds (one line per session each) before the next select
 ACCEPTS_PER_TURN = 64
 ACCEPT_BACKOFF_FIRST_S = 0.05
 ACCEPT_BACKOFF_MAX_S = 1.0
@@ -103,15 +105,53 @@ class Session:
     def has_room(self) -> bool:
         return self.output_bytes() < self.max_bytes
 
+    def send_events(self, lines: list[bytes]) -> int:
+        """Queue event lines (as send_raw(droppable=True) each, under one lock); returns how many fit."""
+        queued = 0
+        with self._lock:
+            if self.closed:
+                return 0
+            for data in lines:
+                if self._bytes + len(data) > self.max_bytes:
+                    self.dropped_pending += 1
+                    self.dropped_total += 1
+                    continue
+                self._out.append((data, True))
+                self._bytes += len(data)
+                queued += 1
+        if queued:
+            self._wake()
+        return queued
+
     def peek(self) -> bytes:
+        """The rest of the first queued line."""
         with self._lock:
             return self._out[0][0][self._head :] if self._out else b""
 
-    def consume(self, count: int) -> None:
+    def peek_many(self, limit: int = WRITE_CHUNK) -> bytes:
+        """The queued lines from the first on, joined, up to ``limit`` bytes (at least one line)."""
         with self._lock:
-            self._head += count
+            if not self._out:
+                return b""
+            parts = [self._out[0][0][self._head :]]
+            size = len(parts[0])
+            for data, _ in itertools.islice(self._out, 1, None):
+                if size + len(data) > limit:
+                    break
+                parts.append(data)
+                size += len(data)
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def consume(self, count: int) -> None:
+        """``count`` bytes were written: drop them from the front (they may span lines)."""
+        with self._lock:
             self._bytes -= count
-            if self._out and self._head >= len(self._out[0][0]):
+            while count and self._out:
+                left = len(self._out[0][0]) - self._head
+                if count < left:
+                    self._head += count
+                    return
+                count -= left
                 self._out.popleft()
                 self._head = 0
 
@@ -194,6 +234,7 @@ class Server:
         self._flush_deadline = 1.0
         self._next_open = 0.0
         self._open_logged: int | None = None
+        self._woken = False  # a wake byte is in the pipe, not yet drained
         self._work_pending = False  # complete lines wait that may be served now: do not sleep in select
         self.clients_refused = 0
         self._refusing = False  # an episode of refusals past max_clients (logged once)
@@ -220,6 +261,10 @@ class Server:
             self._thread.join(timeout=flush_s + 2)
 
     def wake(self) -> None:
+        """Make the I/O thread look at the sessions; one pipe write per loop turn is enough."""
+        if self._woken:
+            return
+        self._woken = True
         try:
             os.write(self._wpipe, b"x")
         except (BlockingIOError, OSError):
@@ -292,6 +337,7 @@ class Server:
             self._close_all()
 
     def _drain_wake(self) -> None:
+        self._woken = False  # before reading: a wake from now on writes again (sessions settle after)
         try:
             while os.read(self._rpipe, 4096):
                 pass
@@ -476,7 +522,7 @@ class Server:
         session = conn.session
         had_drops = session.dropped_pending
         while True:
-            chunk = session.peek()
+            chunk = session.peek_many()
             if not chunk:
                 break
             try:

@@ -16,7 +16,8 @@ import threading
 import time
 
 import pytest
-from runtime_process import NVMES, LineClient, RuntimeProcess, build_tree
+from line_client import LineClient
+from runtime_process import NVMES, RuntimeProcess, build_tree
 
 from hilconform.runtime import protocol
 
