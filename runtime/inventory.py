@@ -320,11 +320,6 @@ class IdentityRegistry:
             self._record(key, new)
         return changed
 
-    def forget(self, info: DeviceInfo) -> None:
-        """Drop the location of a device that left (a later add there is no in-place change)."""
-        if self._seen.pop(self.location(info), None) is not None:
-            self._save()
-
     def _record(self, key: str, entry: dict) -> None:
         if self._seen.get(key) != entry:
             self._seen[key] = entry

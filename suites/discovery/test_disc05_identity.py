@@ -30,6 +30,7 @@ from hilconform.emulators.errors import InfrastructureError
 pytestmark = pytest.mark.clause("DISC-05")
 
 IDENTITY_TIMEOUT_S = 10.0
+ORDERLY_REMOVAL_TIMEOUT_S = 30.0
 
 
 def _by_slot(host) -> dict[str, dict]:
@@ -155,6 +156,20 @@ class InPlace:
         self.host.remove(self.qdev_id)
         return wait_removed(runtime, self.bdf, mark)
 
+    def remove_through_runtime(self, runtime) -> dict:
+        """The orderly removal: the runtime's `remove` (isolate, drain, power the slot off), then
+        QEMU's DEVICE_DELETED; returns the runtime's `removed`."""
+        guest_quiet(self.host, self.bdf)
+        mark, qmp_mark = runtime.mark(), self.host.vm.qmp.mark()
+        result = runtime.call("remove", {"device": self.bdf}, timeout_s=ORDERLY_REMOVAL_TIMEOUT_S)
+        if not result.get("ok"):
+            raise InfrastructureError(f"the runtime's orderly removal of {self.bdf} did not finish: {result}")
+        removed = wait_removed(runtime, self.bdf, mark)
+        self.host.vm.qmp.wait_event("DEVICE_DELETED", after=qmp_mark, timeout_s=ORDERLY_REMOVAL_TIMEOUT_S,
+                                    match=lambda d: d.get("device") == self.qdev_id,
+                                    alive=self.host.vm.check_alive)
+        return removed
+
     def insert(self, serial: str | None = None) -> None:
         """Insert a unit: the same one again (serial None) or another of the same model."""
         self.units += 1
@@ -200,6 +215,9 @@ def test_identity_change_in_place_is_flagged(host_factory):
     3. As 2 in A, but the runtime learns of the removal by polling, not from udev
        (the guest's udevd is held while the device goes): flagged all the same.
     4. B's unit is swapped while the runtime is not running: flagged when it starts.
+    5. A's unit is taken out by the runtime's own orderly removal and another unit is
+       added to A: flagged, and reported with its own serial and a fingerprint of its
+       own (never the removed unit's, cached).
 
     Every case is checked; the test reports all that went wrong.
     """
@@ -276,5 +294,23 @@ def test_identity_change_in_place_is_flagged(host_factory):
     if flagged != [b.qdev_id]:
         problems.append(f"after case 4 the runtime flags {flagged}; only {b.qdev_id} changed "
                         "since it last ran")
+
+    # 5. another unit after the runtime's own orderly removal
+    wait_boot_self_checks(runtime)
+    old_fingerprint = runtime.call("device", {"device": a.bdf})["fingerprint"]
+    removed = a.remove_through_runtime(runtime)
+    mark = runtime.mark()
+    a.insert(a.other_serial())
+    why = _await_flag(runtime, a, mark)
+    record = runtime.call("device", {"device": a.bdf})
+    if why:
+        cause = removed["data"]["cause"]
+        problems.append(f"case 5 (after the runtime's orderly removal, cause {cause!r}): {why}")
+    if a.reported(record) != a.expected:
+        problems.append(f"case 5: the replacement in {a.slot.name} is reported with serial "
+                        f"{a.reported(record)!r}, its own is {a.expected!r}")
+    if record["fingerprint"] == old_fingerprint:
+        problems.append(f"case 5: the replacement in {a.slot.name} carries the removed unit's "
+                        f"fingerprint {old_fingerprint}")
 
     assert not problems, "in-place identity changes:\n  " + "\n  ".join(problems)
