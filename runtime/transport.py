@@ -296,9 +296,6 @@ class Server:
         self._conns[conn.fd] = conn
         self._set_interest(conn, selectors.EVENT_READ)
 
-    def client_count(self) -> int:
-        return len(self._conns)
-
     def _drop_conn(self, conn: _Conn, why: str) -> None:
         if self._conns.pop(conn.fd, None) is None:
             return
@@ -601,8 +598,8 @@ def _now() -> float:
 
 
 def _first_line_fits(buf: bytearray, limit: int) -> bool:
-    """Does the first line of ``buf`` (without its ``\r\n`` or ``\n``) fit ``limit`` bytes,
-    or may it still (no newline yet)?"""
+    """Does the first line of ``buf``, without its LF or CR LF, fit ``limit`` bytes (or may it
+    still, having no LF yet)?"""
     cut = buf.find(b"\n", 0, limit + 2)
     if cut >= 0:
         return cut <= limit or buf[limit] == 0x0D  # limit+1 bytes before the \n: the last is \r
