@@ -68,6 +68,8 @@ class Config:
             "health_poll_ms",
             "bus_master_off",
             "hot_add_step_timeout_ms",
+            "max_clients",
+            "max_requests_in_flight",
         )
         return {
             **{k: self.data[k] for k in keys},

@@ -20,6 +20,7 @@ from line_client import LineClient
 from runtime_process import NVMES, RuntimeProcess, build_tree
 
 from hilconform.runtime import protocol
+from hilconform.runtime.config import ConfigError, load
 
 CPU_WINDOW_S = 2.0
 MAX_CPU_S = 0.5  # over CPU_WINDOW_S: a busy-looping I/O thread burns ~2 s
@@ -294,3 +295,20 @@ def test_line_limit_does_not_count_the_crlf(runtime):
         err = client.read_message()
         assert err["kind"] == "error" and err["error"]["code"] == protocol.LINE_TOO_LONG, err
         assert "result" in client.call("hello")
+
+
+# --- the bounds are config keys, read strictly ------------------------------------------------------
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("max_clients", 0), ("max_requests_in_flight", -1), ("request_workers", 0), ("client_fd_reserve", -1)],
+)
+def test_bad_bounds_are_refused_naming_the_key(key, value):
+    with pytest.raises(ConfigError) as err:
+        load(None, {key: value})
+    assert err.value.key == key
+
+
+def test_hello_reports_the_client_bounds(runtime):
+    with LineClient(runtime.path) as client:
+        config = client.ok("hello")["config"]
+    assert config["max_clients"] == 64 and config["max_requests_in_flight"] == 16
