@@ -29,14 +29,19 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("args, message", CASES, ids=[c[1][:30] for c in CASES])
-def test_bad_certify_input_exits_2_with_a_clear_message_and_no_run_folder(tmp_path, args, message):
-    done = subprocess.run(
-        [sys.executable, "-m", "hilconform.reports", "certify", *args, "--out", str(tmp_path)],
+def _certify(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "hilconform.reports", "certify", *args],
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, **(env or {})},
     )
+
+
+@pytest.mark.parametrize("args, message", CASES, ids=[c[1][:30] for c in CASES])
+def test_bad_certify_input_exits_2_with_a_clear_message_and_no_run_folder(tmp_path, args, message):
+    done = _certify(*args, "--out", str(tmp_path))
     assert done.returncode == 2, done.stdout + done.stderr
     assert message in done.stderr
     assert list(tmp_path.iterdir()) == []
@@ -53,21 +58,8 @@ def test_a_broken_profile_is_one_line_before_anything_starts(tmp_path):
     )
     assert "warp" in (profiles / "lab-broken.toml").read_text()
     out = tmp_path / "runs"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hilconform.reports",
-            "certify",
-            "--host",
-            "emulated:lab-broken",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "HILCONFORM_PROFILE_PATH": str(profiles)},
+    done = _certify(
+        "--host", "emulated:lab-broken", "--out", str(out), env={"HILCONFORM_PROFILE_PATH": str(profiles)}
     )
     assert done.returncode == 2, done.stdout + done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("hilconform: error:")]
@@ -80,23 +72,7 @@ def test_a_broken_profile_is_one_line_before_anything_starts(tmp_path):
 def test_an_out_folder_that_cannot_be_made_is_a_clear_error(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hilconform.reports",
-            "certify",
-            "--host",
-            "emulated:a100",
-            "--suite",
-            "reset",
-            "--out",
-            str(blocker / "runs"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _certify("--host", "emulated:a100", "--suite", "reset", "--out", str(blocker / "runs"))
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"--out {blocker / 'runs'}: cannot make the run folder there" in done.stderr
 

@@ -45,29 +45,31 @@ def test_fails_then_its_teardown_crashes(crashing_teardown):
 """
 
 
-def test_progress_lines_classify_each_outcome(tmp_path):
-    (tmp_path / "test_sample.py").write_text(textwrap.dedent(TESTS))
+def _progress_of(tmp_path, name: str, source: str, *pytest_args: str) -> list[dict]:
+    """Run `source` as test file `name` in a real pytest with --run-dir (exit status 1 expected:
+    each sample has a test that does not pass); the progress.jsonl lines it wrote."""
+    (tmp_path / name).write_text(textwrap.dedent(source))
     run_dir = tmp_path / "run"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "hilconform.fixtures.plugin",
-            "-p",
-            "no:cacheprovider",
-            "--run-dir",
-            str(run_dir),
-            str(tmp_path / "test_sample.py"),
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "hilconform.fixtures.plugin",
+        "-p",
+        "no:cacheprovider",
+        *pytest_args,
+        "--run-dir",
+        str(run_dir),
+        str(tmp_path / name),
+    ]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stdout[-3000:]
-    lines = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
+
+
+def test_progress_lines_classify_each_outcome(tmp_path):
+    lines = _progress_of(tmp_path, "test_sample.py", TESTS)
     tests = {r["nodeid"].split("::")[1]: r for r in lines if r["kind"] == "test"}
     assert {name: (r["clause"], r["outcome"]) for name, r in tests.items()} == {
         "test_passes": ("DISC-01", "passed"),
@@ -100,30 +102,7 @@ def test_sibling_passes():
 def test_a_test_whose_xdist_worker_dies_gets_a_crashed_line_at_once(tmp_path):
     """A real pytest-xdist worker SIGKILLed mid-test: xdist's crash report (when '???') is the test's
     last word; it is written as `crashed`, with its clause, never dropped for want of a teardown."""
-    (tmp_path / "test_crash.py").write_text(textwrap.dedent(CRASHING_TESTS))
-    run_dir = tmp_path / "run"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-p",
-            "hilconform.fixtures.plugin",
-            "-p",
-            "no:cacheprovider",
-            "-n",
-            "2",
-            "--run-dir",
-            str(run_dir),
-            str(tmp_path / "test_crash.py"),
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 1, done.stdout[-3000:]
-    lines = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
+    lines = _progress_of(tmp_path, "test_crash.py", CRASHING_TESTS, "-n", "2")
     tests = {r["nodeid"].split("::")[1]: r for r in lines if r["kind"] == "test"}
     assert {name: (r["clause"], r["outcome"]) for name, r in tests.items()} == {
         "test_worker_dies_under_it": ("HP-01", "crashed"),
