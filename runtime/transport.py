@@ -65,6 +65,7 @@ class Session:
         # hello there also starts a fresh session (see docs/protocol.md)
         self.fresh_on_hello = False
         self.in_flight = 0  # requests handed to the handler and not answered yet
+        self.dirty = True  # output queued or a request answered since the I/O thread last looked
         self._wake = wake
         self._lock = threading.Lock()
         self._out: deque[tuple[bytes, bool]] = deque()  # (line, is an event)
@@ -95,6 +96,7 @@ class Session:
                 return False
             self._out.append((data, droppable))
             self._bytes += len(data)
+        self.dirty = True
         self._wake()
         return True
 
@@ -120,6 +122,7 @@ class Session:
                 self._bytes += len(data)
                 queued += 1
         if queued:
+            self.dirty = True
             self._wake()
         return queued
 
@@ -189,6 +192,7 @@ class _Conn:
         self.inbuf = bytearray()
         self.discarding = False  # inside an oversized line: drop until its newline
         self.mask = 0
+        self.touched = True  # read from, written to or served this turn: settle it
 
     def write(self, data: bytes) -> int:
         return self.sock.send(data) if self.sock else os.write(self.fd, data)
@@ -321,6 +325,7 @@ class Server:
                         self._accept()
                     else:
                         conn = key.data
+                        conn.touched = True
                         if mask & selectors.EVENT_WRITE:
                             self._flush(conn)
                         if mask & selectors.EVENT_READ and conn.fd in self._conns:
@@ -472,17 +477,17 @@ class Server:
                 break
         self._work_pending = False
         for conn in list(self._conns.values()):
-            self._settle(conn)
+            if conn.touched or conn.session.dirty:  # the others' interest is still right
+                self._settle(conn)
 
     def _serve_one_line(self, conn: _Conn) -> bool:
         """Hand the next complete line to the handler; False when there is none to serve now."""
-        if conn.fd not in self._conns or not self._can_take(conn.session):
-            return False
         cut = conn.inbuf.find(b"\n")
-        if cut < 0:
+        if cut < 0 or conn.fd not in self._conns or not self._can_take(conn.session):
             return False
         line = bytes(conn.inbuf[:cut]).rstrip(b"\r")
         del conn.inbuf[: cut + 1]
+        conn.touched = True
         if line.strip():
             conn.session.begin_request()
             self.handler.handle_line(conn.session, line)
@@ -491,6 +496,7 @@ class Server:
     def _settle(self, conn: _Conn) -> None:
         """Flush, then read only from a session that may take more; write while output waits."""
         session = conn.session
+        conn.touched = session.dirty = False  # before flushing: a send from now on marks it again
         self._flush(conn)
         if conn.fd not in self._conns:
             return
