@@ -331,6 +331,11 @@ class LatencyProbe:
         result = json.loads(out)
         return result["samples"], result["failures"]
 
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
 
 def _p99(samples: list[float]) -> float:
     ordered = sorted(samples)
@@ -351,18 +356,21 @@ def test_protocol_fuzz_keeps_the_runtime_alive_correct_flat_and_fair(fuzzed_runt
     progress = Progress()
     clients = [FuzzClient(i, rt.path, LINES // CLIENTS, progress) for i in range(CLIENTS)]
     probe = LatencyProbe(rt.path)
-    started, cpu_start = time.monotonic(), rt.cpu_s()
-    for client in clients:
-        client.start()
-    while progress.lines < WARMUP_LINES and any(c.is_alive() for c in clients):
-        time.sleep(0.05)
-    rss_start = rt.rss_kb()
-    rss_max = rss_start
-    deadline = started + RUN_DEADLINE_S
-    while any(c.is_alive() for c in clients) and time.monotonic() < deadline:
-        rss_max = max(rss_max, rt.rss_kb())
-        time.sleep(0.25)
-    samples, probe_failures = probe.finish()
+    try:
+        started, cpu_start = time.monotonic(), rt.cpu_s()
+        for client in clients:
+            client.start()
+        while progress.lines < WARMUP_LINES and any(c.is_alive() for c in clients):
+            time.sleep(0.05)
+        rss_start = rt.rss_kb()
+        rss_max = rss_start
+        deadline = started + RUN_DEADLINE_S
+        while any(c.is_alive() for c in clients) and time.monotonic() < deadline:
+            rss_max = max(rss_max, rt.rss_kb())
+            time.sleep(0.25)
+        samples, probe_failures = probe.finish()
+    finally:
+        probe.close()
     elapsed, cpu = time.monotonic() - started, rt.cpu_s() - cpu_start
     alive = rt.alive()
     rss_end = rt.rss_kb() if alive else None
