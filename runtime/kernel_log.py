@@ -14,6 +14,7 @@ import os
 import re
 import select
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -62,6 +63,7 @@ class KernelEvent:
     bdf: str | None = None  # AER: the error source
     severity: str | None = None  # AER: correctable | nonfatal | fatal
     kmsg_ts_us: int | None = None
+    received_ns: int | None = None  # time.monotonic_ns() when the runtime read the line
 
     def to_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -98,6 +100,7 @@ def parse_record(record: str) -> KernelEvent | None:
                 bdf=(groups.get("bdf") or "").lower() or None,
                 severity=_severity(groups["severity"]) if groups.get("severity") else None,
                 kmsg_ts_us=ts_us,
+                received_ns=time.monotonic_ns(),
             )
     return None
 

@@ -68,6 +68,7 @@ class Device:
         self.leaving = False  # removal: topology already updated
         self.gone = False
         self.resetting = False  # a sysfs reset is in flight: config access would block
+        self.allocating = False  # an allocate is checking it (outside the lock): not free meanwhile
         self.pending_health: str | None = None  # a worse health seen during the self-check
         self.pending_removal: str | None = None  # attention button while another procedure ran
         self.last_checkpoint: dict | None = None
@@ -99,6 +100,10 @@ class Device:
             and not (self.isolated or self.leaving or self.gone or self.busy or self.resetting)
             and self.aer.recovering_since_ns is None
         )
+
+    def free(self) -> bool:
+        """Available and not being checked by another allocate."""
+        return self.available() and not self.allocating
 
 
 class Service:
@@ -681,62 +686,77 @@ class Service:
         return unread
 
     def _aer_uevent(self, change: PciChange) -> None:
+        """udev's view of the kernel's recovery: BEGIN_RECOVERY, then SUCCESSFUL_ or FAILED_RECOVERY."""
         event = change.properties.get("ERROR_EVENT", "")
-        bdf = change.bdf
+        online = change.properties.get("DEVICE_ONLINE")
+        if event not in ("BEGIN_RECOVERY", "SUCCESSFUL_RECOVERY", "FAILED_RECOVERY"):
+            self._poll_aer([change.bdf])
+            return
         with self._lock:
-            dev = self.devices.get(bdf)
+            dev = self.devices.get(change.bdf)
             if dev is None or dev.gone:
                 return
-            online = change.properties.get("DEVICE_ONLINE")
-            if event == "BEGIN_RECOVERY":
-                dev.aer.begin_recovery(change.received_ns)
-                self.emit("aer", {"device": bdf, "kind": "begin_recovery", "online": online == "1"})
-        self._poll_aer([bdf])
+            # BEGIN_RECOVERY opens the window unless the kernel's error line did; an outcome with no
+            # window open (no kernel log, no BEGIN_RECOVERY: a driverless device's recovery fails at
+            # once) is an episode of its own
+            self._begin_recovery(
+                dev,
+                change.received_ns,
+                "udev",
+                **({"online": online == "1"} if event == "BEGIN_RECOVERY" else {}),
+            )
         if event == "BEGIN_RECOVERY":
+            self._poll_aer([change.bdf])
             return
+        self._end_recovery(change.bdf, event == "SUCCESSFUL_RECOVERY", "udev", online=online == "1")
+
+    def _begin_recovery(self, dev: Device, now_ns: int, source: str, **detail: Any) -> None:
+        """Open the device's recovery window (lock held): from now until the kernel says how the
+        recovery ended, the device is not HEALTHY for allocation (LIFE-03). The first signal wins:
+        the kernel log's error line comes before udev's BEGIN_RECOVERY, which the kernel sends
+        only once it is done resetting."""
+        if dev.aer.recovering_since_ns is not None:
+            return
+        dev.aer.begin_recovery(now_ns)
+        self.emit("aer", {"device": dev.bdf, "kind": "begin_recovery", "source": source, **detail})
+
+    def _end_recovery(self, bdf: str, successful: bool, source: str, online: bool | None = None) -> None:
+        """Close the device's recovery window (udev's outcome, or the health poll when none came):
+        record the outcome, the kernel's link reset and its duration, and judge the device. The
+        kernel log's own "device recovery ..." line is not used: udev broadcasts the outcome later,
+        and a window closed early would take that late outcome for another error's."""
+        self._poll_aer([bdf])
+        with self._lock:
+            dev = self.devices.get(bdf)
+            if dev is None or dev.gone or dev.aer.recovering_since_ns is None:
+                return  # no window open: the other source closed it already
+            resetting = dev.resetting
         checkpoint = None
-        if event == "SUCCESSFUL_RECOVERY" and not dev.resetting:
+        if successful and not resetting:
             try:
                 checkpoint = procedures.config_intact(self.sysfs, bdf, dev.info)
             except Inconclusive as exc:  # judged on AER alone; the next poll checks config
                 self.own_errors.inconclusive(exc, f"{bdf} AER recovery checkpoint")
         now = time.monotonic_ns()
         with self._lock:
-            if self.devices.get(bdf) is not dev or dev.gone:
+            if self.devices.get(bdf) is not dev or dev.gone or dev.aer.recovering_since_ns is None:
                 return
             began = dev.aer.recovering_since_ns
             severity = dev.aer.end_recovery(now)
-            if event == "FAILED_RECOVERY":
-                self.emit(
-                    "aer",
-                    {
-                        "device": bdf,
-                        "kind": "recovery_failed",
-                        "severity": severity,
-                        "online": online == "1",
-                        **dev.aer.to_dict(now),
-                    },
-                )
+            detail = {"device": bdf, "severity": severity, "source": source, **dev.aer.to_dict(now)}
+            if online is not None:
+                detail["online"] = online
+            if not successful:
+                self.emit("aer", {**detail, "kind": "recovery_failed"})
                 self._apply_health(
                     dev,
                     "FAULTED",
                     "aer:failed_recovery",
-                    {"name": "aer_recovery", "ok": False, "uevent": event},
+                    {"name": "aer_recovery", "ok": False, "source": source},
                 )
                 return
-            if event != "SUCCESSFUL_RECOVERY":
-                return
-            self.emit(
-                "aer",
-                {
-                    "device": bdf,
-                    "kind": "recovered",
-                    "severity": severity,
-                    "online": online == "1",
-                    **dev.aer.to_dict(now),
-                },
-            )
-            if severity == "fatal":  # the kernel reset the link to recover (AER-02)
+            self.emit("aer", {**detail, "kind": "recovered"})
+            if severity == "fatal" and source != "health_poll":  # the kernel reset the link (AER-02)
                 self.emit(
                     "reset",
                     {
@@ -744,7 +764,8 @@ class Service:
                         "outcome": "ok",
                         "source": "kernel_aer",
                         "methods": ["link"],
-                        "duration_ms": round((now - began) / 1e6, 3) if began else None,
+                        # from the first sign of the error (the kernel's log line) to its recovery
+                        "duration_ms": round((now - began) / 1e6, 3),
                     },
                 )
             self._judge(dev, checkpoint, f"aer:recovered_{severity}", recovered=severity)
@@ -794,6 +815,13 @@ class Service:
                     else:
                         self._start_removal(dev, "attention_button")
         if ev.kind == "aer_error" and targets:
+            if ev.severity in ("nonfatal", "fatal"):
+                with self._lock:
+                    for dev in targets:
+                        if not dev.gone:
+                            self._begin_recovery(
+                                dev, ev.received_ns or time.monotonic_ns(), "kernel_log", severity=ev.severity
+                            )
             self._poll_aer([d.bdf for d in targets])
 
     # == periodic work ===================================================================
@@ -848,17 +876,24 @@ class Service:
             self._end_allocation(dev, f"deallocate:{reason}")
 
     def _end_allocation(self, dev: Device, cause: str) -> None:
-        """ALLOCATED -> RELEASED -> HEALTHY, through the release checkpoint (lock held)."""
+        """ALLOCATED -> RELEASED now (lock held); -> HEALTHY once the release checkpoint passed, on
+        a thread of its own: the checkpoint reads config space, which blocks while a link is reset,
+        and the service lock must never wait on a device."""
         self._move_health(dev, "RELEASED", cause, {"name": "release", "ok": True})
         if dev.isolated or dev.leaving or dev.gone:
             return
+        dev.release_cause = cause
+        threading.Thread(target=self._release_checkpoint, args=(dev,), name="release", daemon=True).start()
+
+    def _release_checkpoint(self, dev: Device) -> None:
         try:
             checkpoint = procedures.config_intact(self.sysfs, dev.bdf, dev.info)
         except Inconclusive as exc:  # it stays RELEASED (out of the pool); the next poll finishes it
             self.own_errors.inconclusive(exc, f"{dev.bdf} release checkpoint")
-            dev.release_cause = cause
             return
-        self._finish_release(dev, cause, checkpoint)
+        with self._lock:
+            if self.devices.get(dev.bdf) is dev and dev.release_cause and dev.states.health == "RELEASED":
+                self._finish_release(dev, dev.release_cause, checkpoint)
 
     def _finish_release(self, dev: Device, cause: str, checkpoint: dict) -> None:
         """RELEASED -> HEALTHY when the release checkpoint passed, else DEGRADED/FAULTED (lock held)."""
@@ -886,6 +921,8 @@ class Service:
                     "skipped": "AER recovery in progress",
                 }
                 continue
+            if recovering is not None:  # no word from the kernel in time: the checkpoint judges
+                self._end_recovery(dev.bdf, True, "health_poll")
             if dev.gone or dev.busy or dev.resetting or dev.states.health in ("DISCOVERED", "REMOVED"):
                 why = dev.busy or ("a reset is still running" if dev.resetting else "not checkable now")
                 results[dev.bdf] = {"state": dev.states.health, "skipped": why}
@@ -1032,43 +1069,22 @@ class Service:
             )
         holder = p.get("holder") or f"session-{session.id}"
         with self._lock:
-            if "device" in p:
-                dev = self._lookup(p["device"])
-                lease = self.leases.holder_of(dev.bdf)
-                if lease is not None:
-                    raise ProtocolError(
-                        protocol.DEVICE_BUSY, f"{dev.bdf} is held by lease {lease.id}", req.id
-                    )
-                if not dev.available():
-                    raise ProtocolError(
-                        protocol.NOT_HEALTHY,
-                        f"{dev.bdf} is {dev.states.health}"
-                        + (f" ({dev.busy} running)" if dev.busy else "")
-                        + (" (being removed)" if dev.isolated else "")
-                        + "; only HEALTHY devices are allocated",
-                        req.id,
-                        {"state": dev.states.health, "busy": dev.busy},
-                    )
-                chosen = [dev]
-            else:
-                chosen = [
-                    d
-                    for _, d in sorted(self.devices.items())
-                    if d.available()
-                    and self.leases.holder_of(d.bdf) is None
-                    and _class_matches(d, p["class"])
-                ]
-                if len(chosen) < count:
-                    raise ProtocolError(
-                        protocol.INSUFFICIENT_DEVICES,
-                        f"{len(chosen)} HEALTHY free device(s) of class {p['class']!r}, {count} asked",
-                        req.id,
-                        {"available": len(chosen)},
-                    )
-                chosen = chosen[:count]
-            checkpoints = {}
+            chosen = self._choose(p, count, req.id)
             for dev in chosen:
-                checkpoints[dev.bdf] = procedures.config_intact(self.sysfs, dev.bdf, dev.info)
+                dev.allocating = True
+        # The checkpoint reads config space, which blocks while the kernel resets a link: never
+        # under the service lock (every other request and event would wait behind it).
+        try:
+            checkpoints = {dev.bdf: procedures.config_intact(self.sysfs, dev.bdf, dev.info) for dev in chosen}
+        except BaseException:
+            with self._lock:
+                for dev in chosen:
+                    dev.allocating = False
+            raise
+        with self._lock:
+            for dev in chosen:
+                dev.allocating = False
+            for dev in chosen:
                 if not checkpoints[dev.bdf]["ok"]:
                     self._apply_health(dev, "FAULTED", "allocate:checkpoint", checkpoints[dev.bdf])
                     raise ProtocolError(
@@ -1077,11 +1093,54 @@ class Service:
                         req.id,
                         {"state": "FAULTED"},
                     )
+                if self.devices.get(dev.bdf) is not dev or not dev.available():
+                    # it changed while it was checked (an error's recovery began, a removal, ...)
+                    raise ProtocolError(
+                        protocol.NOT_HEALTHY,
+                        f"{dev.bdf} is {dev.states.health}{_why_unavailable(dev)} since the request came; "
+                        "only HEALTHY devices are allocated",
+                        req.id,
+                        {"state": dev.states.health, "busy": dev.busy},
+                    )
             lease = self.leases.grant(holder, [d.bdf for d in chosen], time.monotonic_ns(), p.get("ttl_s"))
             for dev in chosen:
                 self._move_health(dev, "ALLOCATED", f"allocate:{lease.id}", checkpoints[dev.bdf])
             self.emit("lease", {**lease.to_dict(), "action": "granted"})
             return lease.to_dict()
+
+    def _choose(self, p: dict, count: int, req_id) -> list[Device]:
+        """The devices an allocate asks for, if free now (lock held); refusals as ProtocolError."""
+        if "device" in p:
+            dev = self._lookup(p["device"])
+            lease = self.leases.holder_of(dev.bdf)
+            if lease is not None:
+                raise ProtocolError(protocol.DEVICE_BUSY, f"{dev.bdf} is held by lease {lease.id}", req_id)
+            if dev.allocating:
+                raise ProtocolError(
+                    protocol.DEVICE_BUSY, f"{dev.bdf} is being allocated by another request", req_id
+                )
+            if not dev.available():
+                raise ProtocolError(
+                    protocol.NOT_HEALTHY,
+                    f"{dev.bdf} is {dev.states.health}{_why_unavailable(dev)}; "
+                    "only HEALTHY devices are allocated",
+                    req_id,
+                    {"state": dev.states.health, "busy": dev.busy},
+                )
+            return [dev]
+        chosen = [
+            d
+            for _, d in sorted(self.devices.items())
+            if d.free() and self.leases.holder_of(d.bdf) is None and _class_matches(d, p["class"])
+        ]
+        if len(chosen) < count:
+            raise ProtocolError(
+                protocol.INSUFFICIENT_DEVICES,
+                f"{len(chosen)} HEALTHY free device(s) of class {p['class']!r}, {count} asked",
+                req_id,
+                {"available": len(chosen)},
+            )
+        return chosen[:count]
 
     def _m_renew(self, session: Session, req: protocol.Request) -> dict:
         with self._lock:
@@ -1217,6 +1276,18 @@ class Service:
     def _m_shutdown(self, session: Session, req: protocol.Request) -> dict:
         threading.Timer(0.05, self.request_stop, args=("shutdown request",)).start()
         return {"stopping": True}
+
+
+def _why_unavailable(dev: Device) -> str:
+    """Why a device in any health state is not allocatable now, as a parenthesised note ("" if none)."""
+    notes = [f"{dev.busy} running"] if dev.busy else []
+    if dev.isolated or dev.leaving:
+        notes.append("being removed")
+    if dev.resetting:
+        notes.append("being reset")
+    if dev.aer.recovering_since_ns is not None:
+        notes.append("error recovery under way")
+    return f" ({', '.join(notes)})" if notes else ""
 
 
 def _class_matches(dev: Device, wanted: str) -> bool:

@@ -4,7 +4,9 @@ A fatal uncorrectable error injected at the root port above a device makes the
 guest kernel reset the link ("Root Port link has been reset") and recover the
 device below it (nvme: successful; a device without driver handlers, e.g. edu:
 failed). The guest's dmesg is the independent evidence; the runtime must
-record the link reset (`reset` event, source `kernel_aer`) and give the state
+record the link reset (`reset` event, source `kernel_aer`) with a duration that
+spans the kernel's recovery as its log shows it (error line to recovery line;
+DURATION_FLOOR, DURATION_SLACK_MS), and give the state
 its declared policy (`fatal_recovered`) asks for, or FAULTED when recovery failed.
 The link reset wipes the device's config; a driver's slot_reset restores it
 (nvme), vfio-pci with no user restores nothing (device models): when the
@@ -29,6 +31,15 @@ from aer_support import (
     wait_recovery_outcome,
 )
 
+from hilconform.emulators.errors import InfrastructureError
+from hilconform.fixtures.guest_kernel_log import kernel_log_lines, kernel_recovery_window
+
+# The recorded duration of the kernel's recovery must span it as the kernel logs it (error line to
+# recovery line): at least this share of it (a runtime hears of the error a little after it is
+# logged), and at most this much longer (it hears of the end a little late).
+DURATION_FLOOR = 0.5
+DURATION_SLACK_MS = 1000.0
+
 
 def _link_resets(host, port_bdf: str) -> int:
     dmesg = host.run(["dmesg"], timeout_s=20).check().stdout
@@ -46,6 +57,7 @@ def test_aer02_fatal_error_link_reset_then_recovered_or_faulted(host, measuremen
     policy = aer_policy(runtime)
     mark = subscribe(runtime)
 
+    log_start = kernel_log_lines(host)[-1][0]
     fault = host.faults.aer_fatal(slot, wait_recovery=True)
     port_bdf, kernel_recovery = fault.details["port_bdf"], fault.details["recovery"]
     assert _link_resets(host, port_bdf) >= 1, "the guest kernel never reset the link (test bed)"
@@ -64,6 +76,18 @@ def test_aer02_fatal_error_link_reset_then_recovered_or_faulted(host, measuremen
         link = [r for r in resets_of(runtime, bdf, mark, "kernel_aer") if r["outcome"] == "ok"]
         assert link, (f"the kernel reset the link above {bdf}; the runtime recorded no reset "
                       f"(reset events: {resets_of(runtime, bdf, mark)})")
+        window = kernel_recovery_window(host, port_bdf, log_start)
+        if window is None:
+            raise InfrastructureError(f"the guest kernel logged no AER recovery window at {port_bdf}")
+        kernel_ms = (window[1] - window[0]) / 1e6
+        recorded_ms = link[0]["duration_ms"]
+        measurements.record("AER-02", "kernel_recovery", [kernel_ms], "ms")
+        measurements.record("AER-02", "recorded_reset_duration", [recorded_ms], "ms")
+        assert isinstance(recorded_ms, int | float) and (
+            DURATION_FLOOR * kernel_ms <= recorded_ms <= kernel_ms + DURATION_SLACK_MS), (
+            f"the runtime records the kernel's link reset of {bdf} as {recorded_ms} ms; the kernel's log "
+            f"spans {kernel_ms:.1f} ms from the error to the recovery (accepted: "
+            f"{DURATION_FLOOR * kernel_ms:.1f}-{kernel_ms + DURATION_SLACK_MS:.1f} ms)")
         expected = expected_state(policy, "fatal", outcome["weight"])
         verdict = settle_state(runtime, bdf)
         lost = config_lost(host, bdf)

@@ -21,6 +21,7 @@ allocations.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from lifecycle_support import (
@@ -43,7 +44,13 @@ from lifecycle_support import (
     wait_state,
 )
 
+from hilconform.emulators.errors import InfrastructureError
 from hilconform.emulators.profile import load_profile
+from hilconform.fixtures.guest_kernel_log import (
+    kernel_log_lines,
+    kernel_minus_monotonic_ns,
+    kernel_recovery_window,
+)
 from hilconform.fixtures.runtime_client import RuntimeCallError
 
 pytestmark = pytest.mark.clause("LIFE-03")
@@ -241,3 +248,88 @@ def test_allocating_a_device_that_is_not_healthy_is_refused(host_factory):
     checker.feed_all(runtime.events(mark))
     checker.assert_clean()
     assert_leases_consistent(runtime)
+
+
+PROBE_EVERY_S = 0.02
+REACTION_MS = 100.0  # how long after the kernel logs the error a runtime may take to hear of it (TCG, loaded)
+MIN_JUDGED = 3  # allocate requests that must fall inside the judged window for a verdict
+MAX_ASKS = 400  # the probe's bound (4 s of requests)
+
+
+@pytest.mark.destructive
+def test_a_device_in_error_recovery_is_never_allocated(host):
+    """From the moment the kernel logs an uncorrectable error above a device until its recovery
+    ends, the device is not HEALTHY: an allocate is refused, however it is timed.
+
+    A fatal error is injected at the root port above a HEALTHY device while allocate requests for
+    it go out every 20 ms, each on its own thread (a request the runtime holds up must not hold up
+    the next). The kernel's window comes from the guest's own log (the error line and
+    the recovery line, printk time), mapped onto the runtime's clock (CLOCK_MONOTONIC) by a marker
+    written into /dev/kmsg; no lease may be granted from REACTION_MS after the error line until the
+    recovery line. A lease granted before the window is released at once (the probe goes on).
+    """
+    slot = host.populated_slots("aer-fatal")[0]
+    bdf = host.slot_bdf(slot)
+    runtime = host.runtime
+    subscribe_live(runtime)
+    settled_inventory(runtime)
+    wait_state(runtime, bdf, {"HEALTHY"})
+    offset_ns = kernel_minus_monotonic_ns(host)
+    log_start = kernel_log_lines(host)[-1][0]
+    stop = threading.Event()
+    answers: list[tuple[int, int, dict | RuntimeCallError]] = []  # (host sent, host replied, answer)
+
+    def ask() -> None:
+        sent = time.monotonic_ns()
+        try:
+            answer = runtime.call("allocate", {"device": bdf, "holder": "life03-probe", "ttl_s": TTL_S})
+        except RuntimeCallError as exc:
+            answer = exc
+        answers.append((sent, time.monotonic_ns(), answer))
+        if isinstance(answer, dict):  # granted before (or after) the window: free it for the next ask
+            refused(lambda: runtime.call("release", {"lease": answer["lease"]}))
+
+    def probe() -> None:  # one request every PROBE_EVERY_S, none waiting for another's answer
+        askers = []
+        while not stop.is_set() and len(askers) < MAX_ASKS:
+            askers.append(threading.Thread(target=ask, daemon=True))
+            askers[-1].start()
+            stop.wait(PROBE_EVERY_S)
+        for asker in askers:
+            asker.join(30)
+
+    prober = threading.Thread(target=probe, name="life03-probe", daemon=True)
+    prober.start()
+    try:
+        fault = host.faults.aer_fatal(slot, wait_recovery=True)
+        time.sleep(0.2)  # the probe goes on a little past the recovery line
+    finally:
+        stop.set()
+        prober.join(60)
+    window = kernel_recovery_window(host, fault.details["port_bdf"], log_start)
+    if window is None:
+        raise InfrastructureError(f"the guest kernel logged no AER recovery at {fault.details['port_bdf']}")
+    began, ended, outcome = (w - offset_ns if isinstance(w, int) else w for w in window)
+    judged_from = began + int(REACTION_MS * 1e6)
+
+    grants = [a for _, _, a in answers if isinstance(a, dict)]
+    inside = [g for g in grants if judged_from <= g["granted_ns"] <= ended]
+    assert not inside, (
+        f"{bdf} was allocated while the kernel recovered it from a fatal error (error logged at "
+        f"{began / 1e9:.3f} s, recovery {outcome} at {ended / 1e9:.3f} s, runtime clock): leases "
+        f"{[(g['lease'], round((g['granted_ns'] - began) / 1e6, 1)) for g in inside]} (ms after the error)")
+    refusals = [a for _, _, a in answers if isinstance(a, RuntimeCallError)]
+    odd = [a for a in refusals if a.code not in ("NOT_HEALTHY", "DEVICE_BUSY")]
+    assert not odd, f"allocate of {bdf} refused with unexpected errors: {odd[:3]}"
+    # coverage: requests sent inside the judged window (host clock mapped onto the runtime's through
+    # its event stream: the least host receipt minus ts_ns); a grant is judged by its granted_ns
+    host_minus_runtime = min(e["host_ns"] - e["ts_ns"] for e in runtime.events(0))
+    judged = [1 for sent, _, _ in answers if judged_from <= sent - host_minus_runtime <= ended]
+    if len(judged) < MIN_JUDGED:
+        timeline = [(round((sent - host_minus_runtime - began) / 1e6), round((replied - sent) / 1e6),
+                     a.code if isinstance(a, RuntimeCallError) else "granted")
+                    for sent, replied, a in answers]
+        raise InfrastructureError(
+            f"LIFE-03 test bed: only {len(judged)} allocate requests fell inside the kernel's "
+            f"{(ended - began) / 1e6:.0f} ms recovery window ({len(answers)} sent; ms after the error "
+            f"line, round trip ms, answer: {timeline})")

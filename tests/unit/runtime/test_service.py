@@ -21,8 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hilconform.runtime import protocol
+from hilconform.runtime import service as service_module
 from hilconform.runtime.config import ConfigError, load
 from hilconform.runtime.discovery import QueueChangeSource
+from hilconform.runtime.kernel_log import parse_record
 from hilconform.runtime.service import Service
 from hilconform.runtime.transport import Session
 
@@ -241,6 +243,39 @@ def test_allocating_a_device_that_is_not_healthy_is_refused(harness):
     assert "FAULTED" in reply["error"]["message"]
 
 
+def test_allocate_holds_no_lock_across_its_config_read_and_rechecks_after_it(harness, monkeypatch):
+    """A config read that blocks (a link being reset) delays only its own allocate: another client is
+    answered meanwhile, a second allocate of the device is DEVICE_BUSY, and an error recovery that
+    began during the read makes the allocate NOT_HEALTHY instead of a grant."""
+    c = healthy_nvme(harness)
+    other = harness.client(subscribe=False)
+    entered, release = threading.Event(), threading.Event()
+    checkpoint = service_module.procedures.config_intact
+
+    def blocking_checkpoint(*args, **kwargs):
+        entered.set()
+        release.wait(TIMEOUT)
+        return checkpoint(*args, **kwargs)
+
+    monkeypatch.setattr(service_module.procedures, "config_intact", blocking_checkpoint)
+    answer: dict = {}
+    thread = threading.Thread(target=lambda: answer.update(c.call("allocate", {"device": Harness.NVME})))
+    thread.start()
+    try:
+        assert entered.wait(TIMEOUT)
+        started = time.monotonic()
+        other.ok("inventory")
+        assert time.monotonic() - started < 1.0, "inventory waited behind an allocate's config read"
+        assert other.call("allocate", {"device": Harness.NVME})["error"]["code"] == protocol.DEVICE_BUSY
+        kernel_line(harness, FATAL_LINE)  # the error becomes known while the allocate reads config
+    finally:
+        release.set()
+        thread.join(TIMEOUT)
+    assert answer["error"]["code"] == protocol.NOT_HEALTHY, answer
+    assert "error recovery under way" in answer["error"]["message"]
+    assert not c.ok("leases")["leases"]
+
+
 def test_allocate_n_devices_of_a_class(harness):
     harness.add_nvme()
     harness.add_nvme("0000:02:00.0", port="0000:00:03.0", slot="2", serial="SN2")
@@ -307,6 +342,68 @@ def test_fatal_recovery_records_the_link_reset(harness):
     reset = c.wait_event("reset", device=Harness.NVME, source="kernel_aer")
     assert reset["outcome"] == "ok"
     c.wait_state(Harness.NVME, "DEGRADED")  # default fatal_recovered
+
+
+def kernel_line(harness: Harness, text: str) -> None:
+    """A kernel log line as the runtime's follower hands it over (the port printed it)."""
+    harness.svc.on_kernel_event(parse_record(f"pcieport {Harness.PORT}: AER: {text}"))
+
+
+FATAL_LINE = f"Uncorrected (Fatal) error message received from {Harness.PORT}"
+
+
+def test_the_kernels_error_line_opens_the_recovery_window_before_udev_does(harness):
+    """LIFE-03: from the moment the error is known (the kernel's line) the device is not HEALTHY for
+    allocation, though udev's BEGIN_RECOVERY comes only when the kernel is done; AER-02: the reset's
+    duration spans the window from that line."""
+    c = healthy_nvme(harness)
+    kernel_line(harness, FATAL_LINE)
+    began = c.wait_event("aer", kind="begin_recovery", device=Harness.NVME)
+    assert began["source"] == "kernel_log"
+    assert c.call("allocate", {"device": Harness.NVME})["error"]["code"] == protocol.NOT_HEALTHY
+    time.sleep(0.3)  # the kernel resets the link meanwhile
+    recovery(harness, "SUCCESSFUL_RECOVERY", category="fatal")
+    reset = c.wait_event("reset", device=Harness.NVME, source="kernel_aer")
+    assert reset["duration_ms"] >= 300, reset
+    assert len(c.events("aer", kind="begin_recovery", device=Harness.NVME)) == 1  # udev's is the same window
+    c.wait_state(Harness.NVME, "DEGRADED")  # default fatal_recovered
+
+
+def test_the_kernels_recovery_line_closes_nothing_udevs_late_outcome_does(harness):
+    """udev broadcasts BEGIN_RECOVERY and the outcome after the kernel printed its recovery line: the
+    window stays open until udev's outcome, so that outcome is never taken for another error's."""
+    c = healthy_nvme(harness, aer={"nonfatal_recovered": "HEALTHY"})
+    harness.fake.bump_aer(Harness.PORT, "nonfatal", "DLP")
+    kernel_line(harness, f"Uncorrected (Non-Fatal) error message received from {Harness.PORT}")
+    kernel_line(harness, "device recovery successful")
+    assert c.call("allocate", {"device": Harness.NVME})["error"]["code"] == protocol.NOT_HEALTHY
+    harness.source.emit("change", Harness.NVME, ERROR_EVENT="BEGIN_RECOVERY", DEVICE_ONLINE="0")
+    harness.source.emit("change", Harness.NVME, ERROR_EVENT="SUCCESSFUL_RECOVERY", DEVICE_ONLINE="1")
+    recovered = c.wait_event("aer", kind="recovered", device=Harness.NVME)
+    assert recovered["source"] == "udev" and recovered["counts"]["nonfatal"] == 1, recovered
+    c.ok("allocate", {"device": Harness.NVME})  # the window is closed: HEALTHY and free again
+    assert len(c.events("aer", kind="begin_recovery", device=Harness.NVME)) == 1
+
+
+def test_a_failed_recovery_with_no_beginning_still_faults(harness):
+    """A driverless device: the kernel gives up at once (FAILED_RECOVERY, no BEGIN_RECOVERY), and
+    without the kernel log nothing opened a window: the outcome is an episode of its own."""
+    c = healthy_nvme(harness)
+    harness.source.emit("change", Harness.NVME, ERROR_EVENT="FAILED_RECOVERY", DEVICE_ONLINE="0")
+    c.wait_state(Harness.NVME, "FAULTED")
+    assert c.wait_event("aer", kind="recovery_failed", device=Harness.NVME)["source"] == "udev"
+
+
+def test_a_window_nobody_closes_is_closed_by_the_health_poll_after_its_grace(harness, monkeypatch):
+    monkeypatch.setattr(service_module, "RECOVERY_GRACE_NS", 200_000_000)
+    c = healthy_nvme(harness, aer={"nonfatal_recovered": "HEALTHY"})
+    kernel_line(harness, f"Uncorrected (Non-Fatal) error message received from {Harness.PORT}")
+    assert c.call("allocate", {"device": Harness.NVME})["error"]["code"] == protocol.NOT_HEALTHY
+    time.sleep(0.3)
+    c.ok("health_poll", {"device": Harness.NVME})
+    closed = c.wait_event("aer", kind="recovered", device=Harness.NVME)
+    assert closed["source"] == "health_poll"
+    c.ok("allocate", {"device": Harness.NVME})
 
 
 def test_failed_recovery_faults_and_recover_needs_more_than_a_wish(harness):
