@@ -12,6 +12,24 @@ import time
 from hilconform.runtime import protocol
 
 
+def next_line(sock: socket.socket, buf: bytearray, deadline: float | None = None) -> bytes:
+    """The next line (without its newline) from `sock`, buffering in `buf`; TimeoutError past the
+    monotonic `deadline` (None: the socket's own timeout), ConnectionError when the peer closed."""
+    while b"\n" not in buf:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no complete line from the runtime")
+            sock.settimeout(left)
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError("runtime closed the connection")
+        buf += chunk
+    line, _, rest = bytes(buf).partition(b"\n")
+    buf[:] = rest
+    return line
+
+
 class LineClient:
     """One blocking connection: send requests, read replies by id (events are kept aside)."""
 
@@ -49,18 +67,7 @@ class LineClient:
     def read_message(self, timeout: float | None = None) -> dict:
         """The next message; raises TimeoutError, or ConnectionError when the runtime closed."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        while b"\n" not in self.buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("no complete line from the runtime")
-            self.sock.settimeout(left)
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError("runtime closed the connection")
-            self.buf += chunk
-        line, _, rest = bytes(self.buf).partition(b"\n")
-        self.buf[:] = rest
-        return protocol.decode_message(line)
+        return protocol.decode_message(next_line(self.sock, self.buf, deadline))
 
     def wait_reply(self, req_id, timeout: float | None = None) -> dict:
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)

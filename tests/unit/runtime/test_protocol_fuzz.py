@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from line_client import LineClient
+from line_client import LineClient, next_line
 from runtime_process import NVMES, RuntimeProcess, build_tree
 
 from hilconform.runtime import protocol
@@ -264,13 +264,7 @@ class FuzzClient(threading.Thread):
             self.judge(msg)
 
     def read(self) -> dict:
-        while b"\n" not in self.buf:
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError("runtime closed the connection")
-            self.buf += chunk
-        line, _, rest = bytes(self.buf).partition(b"\n")
-        self.buf[:] = rest
+        line = next_line(self.sock, self.buf)
         self.lines_read += 1
         if line.startswith(EVENT_PREFIX) and self.lines_read % FULL_CHECK_EVERY:
             return {"kind": "event"}  # most events: the prefix is enough (decoding all costs the GIL)
