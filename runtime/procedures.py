@@ -460,6 +460,18 @@ def _recover(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks, faulted:
 
 
 # --- hot-remove (HP-01..04) -----------------------------------------------------------------
+def _drain_timeout(depth: int | None, polls: int, start: float, timeout_s: float, **detail) -> dict:
+    """The drain's result when it gives up at its deadline (depth None: the queue could not be read)."""
+    return {
+        "status": "timeout",
+        "depth": depth,
+        **detail,
+        "polls": polls,
+        "elapsed_ms": round((time.monotonic() - start) * 1000, 3),
+        "timeout_ms": round(timeout_s * 1000, 3),
+    }
+
+
 def drain(hooks: ClassHooks, sysfs: Sysfs, bdf: str, timeout_s: float, poll_s: float, gone) -> dict:
     """Poll the class queue probe until it reads 0; never waits past ``timeout_s``."""
     start = time.monotonic()
@@ -472,15 +484,7 @@ def drain(hooks: ClassHooks, sysfs: Sysfs, bdf: str, timeout_s: float, poll_s: f
             polls += 1
             left = deadline - time.monotonic()
             if left <= 0:
-                return {
-                    "status": "timeout",
-                    "depth": None,
-                    "inconclusive": True,
-                    "error": str(exc),
-                    "polls": polls,
-                    "elapsed_ms": round((time.monotonic() - start) * 1000, 3),
-                    "timeout_ms": round(timeout_s * 1000, 3),
-                }
+                return _drain_timeout(None, polls, start, timeout_s, inconclusive=True, error=str(exc))
             time.sleep(min(poll_s, left))
             continue
         except OSError as exc:  # a probe that cannot read its queue (all ones: fell off the bus)
@@ -509,13 +513,7 @@ def drain(hooks: ClassHooks, sysfs: Sysfs, bdf: str, timeout_s: float, poll_s: f
             }
         left = deadline - time.monotonic()
         if left <= 0:
-            return {
-                "status": "timeout",
-                "depth": depth,
-                "polls": polls,
-                "elapsed_ms": elapsed_ms,
-                "timeout_ms": round(timeout_s * 1000, 3),
-            }
+            return _drain_timeout(depth, polls, start, timeout_s)
         time.sleep(min(poll_s, left))
 
 
