@@ -158,12 +158,13 @@ def _every_test(run: RunFolder, scope: dict) -> list[dict]:
     run's scope (or started in it) that left no record, so a test that did not report can never leave
     its clause looking passed. A record's clause falls back on the scope's (a crash report has none)."""
     clause_of = {nodeid: clause for clause, nodeids in scope.get("clauses", {}).items() for nodeid in nodeids}
-    records = run.test_records()
+    progress = run.progress_records()
+    records = [r for r in progress if r.get("kind") == "test"]
+    started = [r["nodeid"] for r in progress if r.get("kind") == "start"]
     for record in records:
         record["clause"] = record.get("clause") or clause_of.get(record["nodeid"])
     reported = {r["nodeid"] for r in records}
-    started = set(run.started_tests())
-    for nodeid in dict.fromkeys([*scope.get("tests", []), *run.started_tests()]):
+    for nodeid in dict.fromkeys([*scope.get("tests", []), *started]):
         if nodeid in reported:
             continue
         why = "started, never reported an end" if nodeid in started else "never started"

@@ -124,10 +124,6 @@ class RunFolder:
         ends = [r for r in self.progress_records() if r.get("kind") == "session_finish"]
         return ends[-1] if ends else None
 
-    def started_tests(self) -> list[str]:
-        """Tests pytest announced as starting (a start line each), in order."""
-        return [r["nodeid"] for r in self.progress_records() if r.get("kind") == "start"]
-
     def measurements(self) -> list[dict]:
         out = []
         for path in sorted(self.measurements_dir.glob("*.json")):

@@ -1095,13 +1095,7 @@ class Service:
                     )
                 if self.devices.get(dev.bdf) is not dev or not dev.available():
                     # it changed while it was checked (an error's recovery began, a removal, ...)
-                    raise ProtocolError(
-                        protocol.NOT_HEALTHY,
-                        f"{dev.bdf} is {dev.states.health}{_why_unavailable(dev)} since the request came; "
-                        "only HEALTHY devices are allocated",
-                        req.id,
-                        {"state": dev.states.health, "busy": dev.busy},
-                    )
+                    raise _not_healthy(dev, req.id, " since the request came")
             lease = self.leases.grant(holder, [d.bdf for d in chosen], time.monotonic_ns(), p.get("ttl_s"))
             for dev in chosen:
                 self._move_health(dev, "ALLOCATED", f"allocate:{lease.id}", checkpoints[dev.bdf])
@@ -1120,13 +1114,7 @@ class Service:
                     protocol.DEVICE_BUSY, f"{dev.bdf} is being allocated by another request", req_id
                 )
             if not dev.available():
-                raise ProtocolError(
-                    protocol.NOT_HEALTHY,
-                    f"{dev.bdf} is {dev.states.health}{_why_unavailable(dev)}; "
-                    "only HEALTHY devices are allocated",
-                    req_id,
-                    {"state": dev.states.health, "busy": dev.busy},
-                )
+                raise _not_healthy(dev, req_id)
             return [dev]
         chosen = [
             d
@@ -1276,6 +1264,16 @@ class Service:
     def _m_shutdown(self, session: Session, req: protocol.Request) -> dict:
         threading.Timer(0.05, self.request_stop, args=("shutdown request",)).start()
         return {"stopping": True}
+
+
+def _not_healthy(dev: Device, req_id, when: str = "") -> ProtocolError:
+    """The refusal of an allocate whose device is not allocatable: its state and why."""
+    return ProtocolError(
+        protocol.NOT_HEALTHY,
+        f"{dev.bdf} is {dev.states.health}{_why_unavailable(dev)}{when}; only HEALTHY devices are allocated",
+        req_id,
+        {"state": dev.states.health, "busy": dev.busy},
+    )
 
 
 def _why_unavailable(dev: Device) -> str:
