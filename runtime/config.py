@@ -61,6 +61,7 @@ class Config:
             "name",
             "transport",
             "batch_window_ms",
+            "uevent_source",
             "drain_timeout_ms",
             "reset_timeout_ms",
             "lease_ttl_s",
@@ -126,6 +127,8 @@ def _check(data: dict, path: str) -> None:
         raise ConfigError(path, "transport", 'must be "unix:/path" or "virtio-serial:/dev/virtio-ports/NAME"')
     if kind == "unix" and len(where.encode()) > 107:
         raise ConfigError(path, "transport", "unix socket path longer than 107 bytes")
+    if data["uevent_source"] not in ("kernel", "udev"):
+        raise ConfigError(path, "uevent_source", 'must be "kernel" or "udev"')
     if data["bus_master_off"] not in ("before_drain", "after_drain"):
         raise ConfigError(path, "bus_master_off", 'must be "before_drain" or "after_drain"')
     aer = data["aer"]

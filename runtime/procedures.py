@@ -24,7 +24,11 @@ from .sysfs import Sysfs
 
 COMMAND_OFFSET = 0x04
 COMMAND_BUS_MASTER = 0x0004
+# A self-check step not ready yet (driver still binding) is looked at again after RETRY_S, then
+# at doubling intervals up to RETRY_MAX_S: sixteen devices of a storm polling every 20 ms kept
+# a one-CPU node so busy that discovery of the storm's later devices waited for CPU.
 RETRY_S = 0.02
+RETRY_MAX_S = 0.16
 CONFIG_WRITE_TIMEOUT_S = 1.0  # a config write can block (device lock held by a reset)
 
 
@@ -163,6 +167,7 @@ def _retry(deadline: float, probe):
     A probe that could not look (Inconclusive) is retried too; if it still cannot
     at the deadline, Inconclusive is raised: the step says nothing about the device.
     """
+    pause = RETRY_S
     while True:
         try:
             ok, detail, final = probe()
@@ -173,7 +178,8 @@ def _retry(deadline: float, probe):
             if unable is not None:
                 raise unable
             return ok, detail
-        time.sleep(RETRY_S)
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 2, RETRY_MAX_S)
 
 
 def self_check(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks, on_firmware=None):

@@ -22,7 +22,7 @@ from . import procedures, protocol
 from .aer import AerPolicy, CounterDeltas, DeviceAer, totals
 from .config import Config
 from .device_classes import ClassHooks, hooks_for
-from .discovery import DiscoveryWatcher, PciChange, QueueChangeSource
+from .discovery import DiscoveryWatcher, PciChange, QueueChangeSource, UdevChangeSource
 from .inventory import DeviceGone, DeviceInfo, IdentityRegistry, describe
 from .kernel_log import KernelEvent, KernelLogFollower
 from .leases import LeaseError, LeaseTable
@@ -140,8 +140,9 @@ class Service:
             "dropped_closed_sessions": 0,
             "internal_errors": 0,
         }
-        if change_source is None and not cfg.udev:
-            change_source = QueueChangeSource()  # nothing feeds it: no udev on this host
+        if change_source is None:
+            # no udev on this host: a queue nothing feeds
+            change_source = UdevChangeSource(source=cfg.uevent_source) if cfg.udev else QueueChangeSource()
         self.watcher = DiscoveryWatcher(
             self.sysfs,
             self.selector,

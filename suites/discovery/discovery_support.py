@@ -368,28 +368,29 @@ def empty_slot(host):
     return slots[0]
 
 
-# -- an independent witness of the guest's udev events -------------------------------------------
+# -- an independent witness of the guest's uevents ------------------------------------------------
+class GuestUeventWitness:
+    """`udevadm monitor --kernel` in the guest, at raised priority: when the kernel announced each
+    PCI event, on the guest's clock.
 
-class GuestUdevWitness:
-    """`udevadm monitor` in the guest: when udev broadcast each PCI event, on the guest's clock.
-
-    The runtime listens to the same broadcast; this is what it could have received, and
-    when, without trusting the runtime's own receipt times.
+    The kernel's own uevents say when a device was added, without trusting the runtime's
+    receipt times and before udevd's rules add their delay; the raised priority keeps the
+    witness from reading a storm late while the node is busy probing drivers.
     """
 
-    LOG = "/run/hilconform/disc-udev-witness.log"
-    _LINE = re.compile(r"^UDEV\s+\[(\d+)\.(\d+)\]\s+(\w+)\s+(\S+)\s+\(pci\)")
+    LOG = "/run/hilconform/disc-uevent-witness.log"
+    _LINE = re.compile(r"^KERNEL\s*\[(\d+)\.(\d+)\]\s+(\w+)\s+(\S+)\s+\(pci\)")
 
     def __init__(self, host, timeout_s: float = 10.0):
         self.host = host
-        started = host.shell(f"stdbuf -oL udevadm monitor --udev --subsystem-match=pci "
+        started = host.shell(f"nice -n -10 stdbuf -oL udevadm monitor --kernel --subsystem-match=pci "
                              f"> {self.LOG} 2>&1 < /dev/null & echo $!")
         pid = started.stdout.strip()
         if started.exit_code != 0 or not pid.isdigit():
             raise InfrastructureError(f"could not start udevadm monitor in the guest: {started.stderr!r}")
         self.pid = int(pid)
         ready = host.shell(f"for i in $(seq {int(timeout_s * 10)}); do "
-                           f"grep -q '^UDEV - ' {self.LOG} && exit 0; sleep 0.1; done; exit 1",
+                           f"grep -q '^KERNEL - ' {self.LOG} && exit 0; sleep 0.1; done; exit 1",
                            timeout_s=timeout_s + 10)
         if ready.exit_code != 0:
             self.stop()

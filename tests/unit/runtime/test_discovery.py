@@ -173,6 +173,127 @@ def test_on_change_is_called_at_once(fake):
         watcher.stop()
 
 
+def test_a_storm_is_read_as_it_comes_while_its_changes_are_being_handled(fake):
+    """Handling an add takes 150 ms here (a slow description): the reader still reads all six
+    adds as they come, so they are one batch, delivered once every add was handled."""
+    batches, handled, source = [], [], QueueChangeSource()
+    bdfs = [f"0000:0{i}:00.0" for i in range(2, 8)]
+    for bdf in bdfs:
+        fake.add_device(bdf, nvme_config())
+
+    def slow_describe(change):
+        time.sleep(0.15)
+        handled.append(change.bdf)
+
+    watcher = _watcher(fake, batches, source, window=0.2, on_change=slow_describe)
+    watcher.start()
+    try:
+        emitted = []
+        for bdf in bdfs:
+            emitted.append(source.emit("add", bdf))
+            time.sleep(0.02)
+        _collect(watcher, batches, 1)
+        time.sleep(0.3)
+    finally:
+        watcher.stop()
+    assert len(batches) == 1, [[c.bdf for c in b] for b in batches]
+    assert [c.bdf for c in batches[0]] == bdfs
+    assert sorted(handled) == bdfs  # the batch came after every add was handled
+
+
+def test_changes_of_one_device_are_handled_in_order_and_devices_in_parallel(fake):
+    source, calls, lock = QueueChangeSource(), [], threading.Lock()
+
+    def on_change(change):
+        with lock:
+            calls.append(("start", change.bdf, change.action, time.monotonic()))
+        time.sleep(0.1)
+        with lock:
+            calls.append(("end", change.bdf, change.action, time.monotonic()))
+
+    for bdf in ("0000:02:00.0", "0000:03:00.0"):
+        fake.add_device(bdf, nvme_config())
+    watcher = _watcher(fake, [], source, on_change=on_change, handler_threads=2)
+    watcher.start()
+    try:
+        source.emit("add", "0000:02:00.0")
+        source.emit("add", "0000:03:00.0")
+        source.emit("remove", "0000:02:00.0")
+        deadline = time.monotonic() + 5
+        while len(calls) < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        watcher.stop()
+    of_02 = [(kind, action) for kind, bdf, action, _ in calls if bdf == "0000:02:00.0"]
+    assert of_02 == [("start", "add"), ("end", "add"), ("start", "remove"), ("end", "remove")]
+    starts = {(bdf, action): t for kind, bdf, action, t in calls if kind == "start"}
+    ends = {(bdf, action): t for kind, bdf, action, t in calls if kind == "end"}
+    assert starts[("0000:03:00.0", "add")] < ends[("0000:02:00.0", "add")]  # side by side
+
+
+def test_look_again_changes_wait_for_adds_and_merge(fake):
+    """With one handler busy, two binds and a change of device A queue up behind it; the add
+    of device B that arrives after them is served first, and A's three are read once."""
+    source, order, gate = QueueChangeSource(), [], threading.Event()
+    for bdf in ("0000:02:00.0", "0000:03:00.0", "0000:04:00.0"):
+        fake.add_device(bdf, nvme_config())
+
+    def on_change(change):
+        if change.bdf == "0000:04:00.0":
+            gate.wait(2)
+        order.append((change.action, change.bdf))
+
+    watcher = _watcher(fake, [], source, on_change=on_change, handler_threads=1)
+    watcher.start()
+    try:
+        source.emit("add", "0000:04:00.0")  # holds the only handler
+        time.sleep(0.05)
+        source.emit("bind", "0000:02:00.0")
+        source.emit("change", "0000:02:00.0", CHILD_SUBSYSTEM="nvme")
+        source.emit("bind", "0000:02:00.0")
+        source.emit("add", "0000:03:00.0")
+        time.sleep(0.05)
+        gate.set()
+        deadline = time.monotonic() + 5
+        while len(order) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)
+    finally:
+        watcher.stop()
+    assert order == [("add", "0000:04:00.0"), ("add", "0000:03:00.0"), ("bind", "0000:02:00.0")]
+
+
+def test_an_error_report_is_never_merged_into_a_look_again(fake):
+    source, seen = QueueChangeSource(), []
+    fake.add_device("0000:02:00.0", nvme_config())
+    gate = threading.Event()
+
+    def on_change(change):
+        gate.wait(2)
+        seen.append(change.properties.get("ERROR_EVENT", change.action))
+
+    watcher = _watcher(fake, [], source, on_change=on_change, handler_threads=1)
+    watcher.start()
+    try:
+        source.emit("bind", "0000:02:00.0")  # taken by the handler at once
+        time.sleep(0.05)
+        source.emit("change", "0000:02:00.0")
+        source.emit("change", "0000:02:00.0", ERROR_EVENT="BEGIN_RECOVERY")
+        source.emit("change", "0000:02:00.0")
+        gate.set()
+        deadline = time.monotonic() + 5
+        while len(seen) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        watcher.stop()
+    assert seen == ["bind", "change", "BEGIN_RECOVERY", "change"]
+
+
+def test_no_handler_threads_is_refused(fake):
+    with pytest.raises(ValueError, match="handler_threads"):
+        _watcher(fake, [], handler_threads=0)
+
+
 def test_filtering_keeps_removes_of_gone_devices(fake):
     batches, source = [], QueueChangeSource()
     watcher = _watcher(fake, batches, source)
