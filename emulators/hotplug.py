@@ -55,7 +55,7 @@ def hot_add(vm, slot_name: str, kind_name: str | None = None,
     functions = query_pci(vm.qmp)
     bdf = function_below(functions, slot.port_id)
     if bdf is None:
-        raise FaultError(f"hot-add: root port {slot.port_id} of slot {slot_name} not found")
+        raise FaultError(f"hot-add: port {slot.port_id} of slot {slot_name} not found")
     occupant = next((f for f in functions if f.bdf == bdf), None)
     if occupant is not None:
         raise FaultError(f"hot-add: slot {slot_name} is occupied by {occupant.qdev_id or bdf}")

@@ -70,7 +70,8 @@ def guest_lspci(agent) -> list[PciFunction]:
 
 
 def function_below(functions: list[PciFunction], port_qdev_id: str) -> str | None:
-    """The BDF of function 0 on the bus below a root port (None if the port is unknown)."""
+    """The BDF of function 0 on the bus below a port: a root port or a switch's downstream port
+    (None if the port is unknown)."""
     for fn in functions:
         if fn.qdev_id == port_qdev_id and fn.secondary_bus is not None:
             return f"0000:{fn.secondary_bus:02x}:00.0"

@@ -1,9 +1,10 @@
 """Host profiles: TOML data describing an emulated host's slots and budgets.
 
-A profile names, per slot, the root port (chassis/slot, link caps), the stock
+A profile names, per slot, the port above it (chassis/slot, link caps), the stock
 QEMU device standing in for an accelerator, the real device it stands in for,
-and the host-wide hot-plug mode and budgets the suites apply. Loading checks
-every key and names the file and the key when something is wrong.
+and the host-wide hot-plug mode and budgets the suites apply. A slot's port is a
+root port on pcie.0, or a downstream port of one of the profile's switches.
+Loading checks every key and names the file and the key when something is wrong.
 """
 
 from __future__ import annotations
@@ -28,7 +29,13 @@ LINK_SPEEDS = ("2_5", "5", "8", "16")
 LINK_WIDTHS = ("1", "2", "4", "8", "12", "16", "32")
 EMPTY = "empty"
 # Root ports that fit on q35's pcie.0: device numbers 0x10-0x1e, eight functions each (qemu_command.py).
+# Root ports are the slots not behind a switch, and one per switch (above its upstream port).
 MAX_SLOTS = 120
+# Downstream ports on a switch's internal bus: one device number each (0x0 ... 0x1f).
+MAX_SWITCH_SLOTS = 32
+# PCI bus numbers: pcie.0, one below each root port, and per switch its internal bus and one below
+# each downstream port.
+MAX_BUSES = 256
 MODEL_PREFIX = "model:"  # a slot device `model:a100-sxm4` is the device model emulators/models/a100-sxm4.toml
 
 
@@ -58,21 +65,48 @@ class StandsInFor:
 
 
 @dataclass(frozen=True)
-class Slot:
+class Switch:
+    """A PCIe switch: `x3130-upstream` below a `pcie-root-port` on pcie.0 (chassis/slot and link
+    caps of that root port); its slots are `xio3130-downstream` ports on the switch's bus."""
+
     name: str
     chassis: int
     slot: int
     link_speed: str
     link_width: str
+
+    @property
+    def port_id(self) -> str:
+        """QEMU id of the root port above the switch's upstream port."""
+        return f"rp-sw-{self.name}"
+
+    @property
+    def upstream_id(self) -> str:
+        """QEMU id of the switch's upstream port (its bus holds the downstream ports)."""
+        return f"up-{self.name}"
+
+
+@dataclass(frozen=True)
+class Slot:
+    name: str
+    chassis: int
+    slot: int
+    link_speed: str | None  # None behind a switch: a downstream port has no link properties
+    link_width: str | None
     device: str  # a DeviceKind name, or "empty"
     accepts: str  # the kind a hot-add puts here by default
     stands_in_for: StandsInFor
     firmware_version: str | None = None
+    switch: str | None = None  # the switch whose downstream port the slot is; None: a root port
 
     @property
     def port_id(self) -> str:
-        """QEMU id of the root port above the slot."""
+        """QEMU id of the port above the slot (a root port, or a switch's downstream port)."""
         return f"rp-{self.name}"
+
+    @property
+    def behind_switch(self) -> bool:
+        return self.switch is not None
 
     @property
     def populated(self) -> bool:
@@ -92,6 +126,7 @@ class HostProfile:
     budgets: dict[str, float]
     slots: tuple[Slot, ...]
     kinds: dict[str, DeviceKind] = field(repr=False, default_factory=dict)
+    switches: tuple[Switch, ...] = ()
 
     def slot(self, name: str) -> Slot:
         for slot in self.slots:
@@ -99,6 +134,40 @@ class HostProfile:
                 return slot
         known = ", ".join(s.name for s in self.slots)
         raise ProfileError(f"profile {self.name!r} has no slot {name!r} (slots: {known})")
+
+    def switch(self, name: str) -> Switch:
+        for switch in self.switches:
+            if switch.name == name:
+                return switch
+        known = ", ".join(s.name for s in self.switches) or "none"
+        raise ProfileError(f"profile {self.name!r} has no switch {name!r} (switches: {known})")
+
+    @property
+    def root_port_slots(self) -> tuple[Slot, ...]:
+        """The slots whose port is a root port on pcie.0 (not behind a switch), in profile order."""
+        return tuple(s for s in self.slots if not s.behind_switch)
+
+    def slots_below(self, switch_name: str) -> tuple[Slot, ...]:
+        """A switch's slots in profile order (its downstream ports, at 0x0, 0x1, ... on its bus)."""
+        return tuple(s for s in self.slots if s.switch == switch_name)
+
+    @property
+    def root_ports(self) -> int:
+        """Root ports on pcie.0: one per slot not behind a switch, and one per switch."""
+        return len(self.root_port_slots) + len(self.switches)
+
+    def ports_above(self, slot_name: str) -> tuple[str, ...]:
+        """QEMU ids of the ports above a slot, nearest first, ending at the root port on pcie.0:
+        (rp-<slot>,) or (rp-<slot>, up-<switch>, rp-sw-<switch>)."""
+        slot = self.slot(slot_name)
+        if not slot.behind_switch:
+            return (slot.port_id,)
+        switch = self.switch(slot.switch)
+        return (slot.port_id, switch.upstream_id, switch.port_id)
+
+    def root_port_id(self, slot_name: str) -> str:
+        """QEMU id of the root port on pcie.0 above a slot (its own port, or its switch's)."""
+        return self.ports_above(slot_name)[-1]
 
     def kind(self, name: str) -> DeviceKind:
         try:
@@ -174,10 +243,12 @@ def load_profile(name_or_path: str | Path) -> HostProfile:
 
 
 # The tables and keys a profile may hold; anything else is refused with the file and key named.
-_TOP_KEYS = {"host", "runtime", "budgets", "slots"}
+_TOP_KEYS = {"host", "runtime", "budgets", "slots", "switches"}
 _HOST_KEYS = {"name", "description", "memory_mib", "cpus", "hotplug_mode"}
 _RUNTIME_KEYS = {"select_classes", "select_ids"}
-_SLOT_KEYS = {"name", "chassis", "slot", "link", "device", "accepts", "stands_in_for", "firmware_version"}
+_SLOT_KEYS = {"name", "chassis", "slot", "link", "device", "accepts", "stands_in_for", "firmware_version",
+              "switch"}
+_SWITCH_KEYS = {"name", "chassis", "slot", "link"}
 _LINK_KEYS = {"speed", "width"}
 _STANDS_IN_FOR_KEYS = {"vendor", "device", "model"}
 
@@ -247,10 +318,13 @@ class _ProfileReader:
         budget_values = {}
         for key in budgets:
             budget_values[key] = self.get(budgets, key, float, "budgets")
-        if len(slots_raw) > MAX_SLOTS:
-            raise self.fail("slots", f"{len(slots_raw)} slots: at most {MAX_SLOTS} root ports fit on pcie.0")
-        slots = tuple(self.read_slot(i, s) for i, s in enumerate(slots_raw))
-        self.check_unique(slots)
+        switches_raw = self.get(self.table, "switches", list, "", [])
+        switches = tuple(self.read_switch(i, s) for i, s in enumerate(switches_raw))
+        self.check_unique(switches, "switches")
+        switch_names = [s.name for s in switches]
+        slots = tuple(self.read_slot(i, s, switch_names) for i, s in enumerate(slots_raw))
+        self.check_unique(slots, "slots")
+        self.check_ports(switches, slots)
         return HostProfile(
             name=self.get(host, "name", str, "host"),
             description=self.get(host, "description", str, "host", ""),
@@ -263,13 +337,10 @@ class _ProfileReader:
             budgets=budget_values,
             slots=slots,
             kinds=self.kinds,
+            switches=switches,
         )
 
-    def read_slot(self, index: int, raw: Any) -> Slot:
-        where = f"slots[{index}]"
-        if not isinstance(raw, dict):
-            raise self.fail(where, "expected a table")
-        self.only(raw, where, _SLOT_KEYS)
+    def read_link(self, raw: dict, where: str) -> tuple[str, str]:
         link = self.get(raw, "link", dict, where)
         self.only(link, f"{where}.link", _LINK_KEYS)
         speed = self.get(link, "speed", str, f"{where}.link")
@@ -278,6 +349,41 @@ class _ProfileReader:
             raise self.fail(f"{where}.link.speed", f"{speed!r} is not one of {LINK_SPEEDS}")
         if width not in LINK_WIDTHS:
             raise self.fail(f"{where}.link.width", f"{width!r} is not one of {LINK_WIDTHS}")
+        return speed, width
+
+    def read_chassis_slot(self, raw: dict, where: str) -> tuple[int, int]:
+        chassis = self.get(raw, "chassis", int, where)
+        slot_number = self.get(raw, "slot", int, where)
+        if not 1 <= chassis <= 255:
+            raise self.fail(f"{where}.chassis", "must be 1..255")
+        return chassis, slot_number
+
+    def read_switch(self, index: int, raw: Any) -> Switch:
+        where = f"switches[{index}]"
+        if not isinstance(raw, dict):
+            raise self.fail(where, "expected a table")
+        self.only(raw, where, _SWITCH_KEYS)
+        speed, width = self.read_link(raw, where)
+        chassis, slot_number = self.read_chassis_slot(raw, where)
+        return Switch(name=self.get(raw, "name", str, where), chassis=chassis, slot=slot_number,
+                      link_speed=speed, link_width=width)
+
+    def read_slot(self, index: int, raw: Any, switch_names: list[str]) -> Slot:
+        where = f"slots[{index}]"
+        if not isinstance(raw, dict):
+            raise self.fail(where, "expected a table")
+        self.only(raw, where, _SLOT_KEYS)
+        switch = self.get(raw, "switch", str, where, None)
+        if switch is not None and switch not in switch_names:
+            known = ", ".join(switch_names) or "the profile has no [[switches]]"
+            raise self.fail(f"{where}.switch", f"unknown switch {switch!r} (switches: {known})")
+        if switch is None:
+            speed, width = self.read_link(raw, where)
+        elif "link" in raw:
+            raise self.fail(f"{where}.link", "a slot behind a switch has no link caps of its own: QEMU's "
+                            "xio3130-downstream has no x-speed/x-width (set the switch's link)")
+        else:
+            speed = width = None
         device = self.get(raw, "device", str, where)
         self.add_model_kind(device, f"{where}.device")
         self.add_model_kind(raw.get("accepts"), f"{where}.accepts")
@@ -287,6 +393,10 @@ class _ProfileReader:
         accepts = self.get(raw, "accepts", str, where, device if device != EMPTY else "")
         if accepts not in self.kinds:
             raise self.fail(f"{where}.accepts", f"unknown device kind {accepts!r}")
+        if switch is not None and self.kinds[accepts].model:
+            raise self.fail(f"{where}.switch", f"{accepts} behind a switch: a device model's BARs need "
+                            "window reserves on its port (mem-reserve, pref64-reserve), which QEMU's "
+                            "xio3130-downstream does not take; put the slot on a root port")
         real = self.get(raw, "stands_in_for", dict, where)
         self.only(real, f"{where}.stands_in_for", _STANDS_IN_FOR_KEYS)
         stands_in_for = StandsInFor(
@@ -294,10 +404,7 @@ class _ProfileReader:
             device=self.get(real, "device", str, f"{where}.stands_in_for"),
             model=self.get(real, "model", str, f"{where}.stands_in_for"),
         )
-        chassis = self.get(raw, "chassis", int, where)
-        slot_number = self.get(raw, "slot", int, where)
-        if not 1 <= chassis <= 255:
-            raise self.fail(f"{where}.chassis", "must be 1..255")
+        chassis, slot_number = self.read_chassis_slot(raw, where)
         return Slot(
             name=self.get(raw, "name", str, where),
             chassis=chassis,
@@ -308,6 +415,7 @@ class _ProfileReader:
             accepts=accepts,
             stands_in_for=stands_in_for,
             firmware_version=self.get(raw, "firmware_version", str, where, None),
+            switch=switch,
         )
 
     def add_model_kind(self, name: Any, key: str) -> None:
@@ -322,11 +430,51 @@ class _ProfileReader:
                                       device=f"{model.device:04x}", class_code=model.class_hex,
                                       queue="model")
 
-    def check_unique(self, slots: tuple[Slot, ...]) -> None:
+    def check_unique(self, items: tuple, where: str) -> None:
+        """Names, chassis and slot numbers unique within the slots (or within the switches)."""
         for attr in ("name", "chassis", "slot"):
             seen: set = set()
+            for i, item in enumerate(items):
+                value = getattr(item, attr)
+                if value in seen:
+                    raise self.fail(f"{where}[{i}].{attr}", f"duplicate value {value!r}")
+                seen.add(value)
+
+    def check_ports(self, switches: tuple[Switch, ...], slots: tuple[Slot, ...]) -> None:
+        """Across root ports and downstream ports: chassis and slot numbers unique (QEMU refuses a
+        second port with a chassis/slot pair, and the guest names hot-plug slots by number), QEMU
+        ids unique; every switch has slots; the ports and buses fit."""
+        for attr in ("chassis", "slot"):
+            owner = {getattr(sw, attr): f"switch {sw.name!r}" for sw in switches}
             for i, slot in enumerate(slots):
                 value = getattr(slot, attr)
-                if value in seen:
-                    raise self.fail(f"slots[{i}].{attr}", f"duplicate value {value!r}")
-                seen.add(value)
+                if value in owner:
+                    raise self.fail(f"slots[{i}].{attr}", f"duplicate value {value!r}: {owner[value]} "
+                                    f"has it for its root port")
+        ids: dict[str, str] = {}  # QEMU id -> what it names
+        for sw in switches:
+            ids[sw.port_id] = f"the root port of switch {sw.name!r}"
+            ids[sw.upstream_id] = f"the upstream port of switch {sw.name!r}"
+        for i, slot in enumerate(slots):
+            for qemu_id, what in ((slot.name, "its device"), (slot.port_id, "its port")):
+                if qemu_id in ids:
+                    raise self.fail(f"slots[{i}].name", f"QEMU id {qemu_id!r} ({what}) is already "
+                                    f"{ids[qemu_id]}")
+                ids[qemu_id] = f"the {what.removeprefix('its ')} of slot {slot.name!r}"
+        for i, sw in enumerate(switches):
+            below = [s for s in slots if s.switch == sw.name]
+            if not below:
+                raise self.fail(f"switches[{i}].name", f"switch {sw.name!r} has no slots (give slots "
+                                f"`switch = \"{sw.name}\"`, or drop the switch)")
+            if len(below) > MAX_SWITCH_SLOTS:
+                raise self.fail(f"switches[{i}].name", f"{len(below)} slots behind switch {sw.name!r}: "
+                                f"at most {MAX_SWITCH_SLOTS} downstream ports fit on its bus")
+        root_ports = sum(1 for s in slots if s.switch is None) + len(switches)
+        if root_ports > MAX_SLOTS:
+            raise self.fail("slots", f"{root_ports} root ports ({root_ports - len(switches)} slots not "
+                            f"behind a switch, {len(switches)} switches): at most {MAX_SLOTS} root ports "
+                            "fit on pcie.0")
+        buses = 1 + root_ports + len(switches) + sum(1 for s in slots if s.switch is not None)
+        if buses > MAX_BUSES:
+            raise self.fail("switches", f"{buses} PCI buses (pcie.0, one per root port, per switch its "
+                            f"own bus and one per downstream port): at most {MAX_BUSES}")

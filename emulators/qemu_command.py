@@ -4,6 +4,9 @@ q35, `-nodefaults`, TCG unless KVM is asked for. The project's own devices
 (root disk, the two 9p shares, virtio-serial for the agent and the runtime)
 sit on the root complex; every accelerator slot is a `pcie-root-port` with the
 profile's chassis/slot numbers and link caps, and the stand-in device below it.
+A slot behind one of the profile's switches is an `xio3130-downstream` port on
+the switch's bus instead: pcie.0 -> `pcie-root-port` `rp-sw-<switch>` ->
+`x3130-upstream` `up-<switch>` -> `xio3130-downstream` `rp-<slot>` -> the device.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from pathlib import Path
 from .errors import InfrastructureError
 from .image import CHECKOUT, GuestImage
 from .layout import InstanceLayout
-from .profile import MAX_SLOTS, DeviceKind, HostProfile, Slot
+from .profile import MAX_SLOTS, MAX_SWITCH_SLOTS, DeviceKind, HostProfile, Slot, Switch
 from .vfio_user.model import load_model, window_reserve
 
 ACCELERATORS = ("tcg", "kvm")
@@ -48,7 +51,8 @@ def port_address(index: int, ports: int) -> tuple[str, bool]:
     return f"0x{FIRST_PORT_ADDR + device:x}.{function}", function == 0
 
 
-def port_args(slot: Slot, index: int, ports: int, reserve: dict | None = None) -> list[str]:
+def port_args(slot: Slot | Switch, index: int, ports: int, reserve: dict | None = None) -> list[str]:
+    """The `pcie-root-port` on pcie.0 above a slot, or above a switch's upstream port."""
     addr, multifunction = port_address(index, ports)
     return _device(
         driver="pcie-root-port",
@@ -61,6 +65,23 @@ def port_args(slot: Slot, index: int, ports: int, reserve: dict | None = None) -
         **{"x-speed": slot.link_speed, "x-width": slot.link_width},
         **(reserve or {}),
     )
+
+
+def switch_args(switch: Switch, index: int, ports: int) -> list[str]:
+    """A switch's root port (the `index`-th of `ports` on pcie.0) and its upstream port below it."""
+    return [*port_args(switch, index, ports),
+            *_device(driver="x3130-upstream", id=switch.upstream_id, bus=switch.port_id, addr="0x0")]
+
+
+def downstream_port_args(switch: Switch, slot: Slot, index: int) -> list[str]:
+    """The slot's `xio3130-downstream` port, the `index`-th on the switch's bus (addr 0x0, 0x1, ...).
+
+    It takes chassis/slot but no link properties (no x-speed/x-width in QEMU 7.2 or 11.1: its
+    LnkCap is QEMU's fixed one) and no window reserves."""
+    if not 0 <= index < MAX_SWITCH_SLOTS:
+        raise ValueError(f"downstream port {index} of switch {switch.name}: at most {MAX_SWITCH_SLOTS}")
+    return _device(driver="xio3130-downstream", id=slot.port_id, bus=switch.upstream_id,
+                   addr=f"0x{index:x}", chassis=slot.chassis, slot=slot.slot)
 
 
 def model_port_reserve(profile: HostProfile, slot: Slot) -> dict:
@@ -185,16 +206,27 @@ def build_argv(
         argv += ssh_nic_args(ssh_forward_port)
     if profile.hotplug_mode == "native":
         argv += ["-global", "ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off"]
-    for index, slot in enumerate(profile.slots):
-        # One throttle group per slot, so any queue device (cold- or hot-plugged) can be slowed.
-        argv += ["-object", json.dumps(throttle_group_object(slot.name), separators=(",", ":"))]
-        argv += port_args(slot, index, len(profile.slots), model_port_reserve(profile, slot))
-        if slot.populated:
-            kind = profile.kind(slot.device)
-            if kind.queue == "nbd":
-                argv += ["-blockdev", json.dumps(nbd_blockdev(layout, slot.name),
-                                                 separators=(",", ":"))]
-            argv += _device(**stand_in_device(slot, kind, slot.name, layout))
+    # Root ports on pcie.0: the slots not behind a switch (profile order), then one per switch.
+    ports = profile.root_ports
+    for index, slot in enumerate(profile.root_port_slots):
+        argv += _slot_args(profile, slot, layout,
+                           port_args(slot, index, ports, model_port_reserve(profile, slot)))
+    for index, switch in enumerate(profile.switches, start=len(profile.root_port_slots)):
+        argv += switch_args(switch, index, ports)
+        for position, slot in enumerate(profile.slots_below(switch.name)):
+            argv += _slot_args(profile, slot, layout, downstream_port_args(switch, slot, position))
+    return argv
+
+
+def _slot_args(profile: HostProfile, slot: Slot, layout: InstanceLayout, port: list[str]) -> list[str]:
+    """A slot's throttle group, its port, and the stand-in device below it (when populated)."""
+    # One throttle group per slot, so any queue device (cold- or hot-plugged) can be slowed.
+    argv = ["-object", json.dumps(throttle_group_object(slot.name), separators=(",", ":")), *port]
+    if slot.populated:
+        kind = profile.kind(slot.device)
+        if kind.queue == "nbd":
+            argv += ["-blockdev", json.dumps(nbd_blockdev(layout, slot.name), separators=(",", ":"))]
+        argv += _device(**stand_in_device(slot, kind, slot.name, layout))
     return argv
 
 

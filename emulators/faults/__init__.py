@@ -7,7 +7,7 @@
     faults.restore_all()                          # undo what is still in effect
 
 Every method resolves its target first (a slot name, or the QEMU id of a
-device below a slot's root port), checks that the host and the device have
+device below a slot's port), checks that the host and the device have
 the capability, injects through QMP/HMP (or, for lost configuration, through
 the guest), then waits with a deadline until the guest shows the fault took
 effect. It returns a `FaultRecord` with host monotonic timestamps

@@ -1,4 +1,7 @@
-"""AER: uncorrectable non-fatal and fatal errors at the root port above a slot's device."""
+"""AER: uncorrectable non-fatal and fatal errors at the port above a slot's device.
+
+The port is a root port, or a switch's downstream port (the error then travels up to the root port
+above the switch, which counts it; the kernel's recovery runs at the downstream port)."""
 
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ CORRECTABLE_ERRORS = frozenset({
 class AerFaults(FaultsBase):
     def aer_nonfatal(self, target: str, error: str = "UNSUP", wait_recovery: bool = False,
                      timeout_s: float = AER_TIMEOUT_S) -> FaultRecord:
-        """Uncorrectable non-fatal error at the root port above the target's device."""
+        """Uncorrectable non-fatal error at the port above the target's device."""
         if error.upper() not in NONFATAL_ERRORS:
             raise FaultError(f"aer-nonfatal at {target}: {error!r} is not a non-fatal "
                              f"uncorrectable error (use one of {', '.join(sorted(NONFATAL_ERRORS))})")
@@ -33,7 +36,7 @@ class AerFaults(FaultsBase):
 
     def aer_fatal(self, target: str, error: str = "DLP", wait_recovery: bool = False,
                   timeout_s: float = AER_TIMEOUT_S) -> FaultRecord:
-        """Uncorrectable fatal error at the root port above the target's device (link reset)."""
+        """Uncorrectable fatal error at the port above the target's device (link reset)."""
         if error.upper() not in FATAL_ERRORS:
             raise FaultError(f"aer-fatal at {target}: {error!r} is not a fatal uncorrectable "
                              f"error (use one of {', '.join(sorted(FATAL_ERRORS))})")
@@ -45,8 +48,10 @@ class AerFaults(FaultsBase):
 
         `error` is an HMP error name (or a number QEMU accepts). The guest counts an
         error injected at a root port on the port (aer_rootport_total_err_*), not
-        on the endpoint. wait_recovery=True also waits for the kernel's "device
-        recovery successful|failed" line for the port (details["recovery"]).
+        on the endpoint; one injected at a switch's downstream port is counted on
+        the root port above the switch (details["root_port_bdf"]). wait_recovery=True
+        also waits for the kernel's "device recovery successful|failed" line for the
+        port the error was injected at (details["recovery"]).
         """
         severity = ("fatal" if error.upper() in FATAL_ERRORS else
                     "nonfatal" if error.upper() in NONFATAL_ERRORS else None)
@@ -57,7 +62,7 @@ class AerFaults(FaultsBase):
         resolved = self._resolve(fault, target)
         if severity != "nonfatal":  # a fatal error resets the link, hence the device
             self._refuse_if_freezing(fault, resolved)
-        port = f"/sys/bus/pci/devices/{resolved.port_bdf}"
+        port = f"/sys/bus/pci/devices/{resolved.root_port_bdf}"  # where the guest counts it
         before = self._aer_counters(port)
         recoveries = self._recovery_lines(resolved.port_bdf) if wait_recovery else None
         command = f"pcie_aer_inject_error {resolved.port_id} {error}"
@@ -74,9 +79,10 @@ class AerFaults(FaultsBase):
             return after if (wanted in grew if wanted else grew) else None
 
         after = self._wait(fault, target, timeout_s, counted,
-                           f"the guest counting the error on port {resolved.port_bdf}")
+                           f"the guest counting the error on root port {resolved.root_port_bdf}")
         verified_ns = time.monotonic_ns()
-        details = {"error": error, "port_bdf": resolved.port_bdf, "device_bdf": resolved.device.bdf,
+        details = {"error": error, "port_bdf": resolved.port_bdf, "root_port_bdf": resolved.root_port_bdf,
+                   "device_bdf": resolved.device.bdf,
                    "counters_before": before, "counters_after": after, "hmp_reply": reply.strip()}
         if wait_recovery:
             def recovered():

@@ -45,12 +45,13 @@ class FaultRecord:
 
 @dataclass(frozen=True)
 class Target:
-    """A resolved fault target: the slot, its root port, and what sits below it."""
+    """A resolved fault target: the slot, its port, and what sits below it."""
 
     slot: Slot
-    port_bdf: str
+    port_bdf: str  # the port above the slot: a root port, or a switch's downstream port
     device: PciFunction | None
     kind: DeviceKind | None  # the stand-in kind, matched by vendor:device
+    root_port_bdf: str  # the root port on pcie.0 above the slot (port_bdf unless behind a switch)
 
     @property
     def name(self) -> str:
@@ -123,7 +124,7 @@ class FaultsBase:
                          f"(slots: {known})")
 
     def _resolve(self, fault: str, name: str, need_device: bool = True) -> Target:
-        """A slot name, or the QEMU id of a device below a slot's root port."""
+        """A slot name, or the QEMU id of a device below a slot's port (root or downstream port)."""
         functions = query_pci(self.vm.qmp)
         by_id = {f.qdev_id: f for f in functions if f.qdev_id}
         slots = {s.name: s for s in self.vm.profile.slots}
@@ -145,7 +146,12 @@ class FaultsBase:
                              f"{self.vm.profile.name} (slots: {', '.join(slots)})")
         port = by_id.get(slot.port_id)
         if port is None or port.secondary_bus is None:
-            raise FaultError(f"{fault} at {name}: root port {slot.port_id} not found in QEMU")
+            raise FaultError(f"{fault} at {name}: port {slot.port_id} not found in QEMU")
+        root_id = self.vm.profile.root_port_id(slot.name)
+        root = by_id.get(root_id)
+        if root is None:
+            raise FaultError(f"{fault} at {name}: root port {root_id} above slot {slot.name} not found "
+                             "in QEMU")
         below = f"0000:{port.secondary_bus:02x}:00.0"
         device = next((f for f in functions if f.bdf == below), None)
         if need_device and device is None:
@@ -154,7 +160,7 @@ class FaultsBase:
         if device is not None:
             kind = next((k for k in self.vm.profile.kinds.values()
                          if f"{k.vendor}:{k.device}" == device.ids), None)
-        return Target(slot, port.bdf, device, kind)
+        return Target(slot, port.bdf, device, kind, root.bdf)
 
     # -- guards -------------------------------------------------------------------------------
     def _refuse_if_freezing(self, fault: str, target: Target) -> None:

@@ -38,7 +38,7 @@ def serve_for_hot_add(vm, slot_name: str, device_id: str | None = None,
     functions = query_pci(vm.qmp)
     bdf = function_below(functions, slot.port_id)
     if bdf is None:
-        raise FaultError(f"hot-add model: root port {slot.port_id} of slot {slot_name} not found")
+        raise FaultError(f"hot-add model: port {slot.port_id} of slot {slot_name} not found")
     occupant = next((f for f in functions if f.bdf == bdf), None)
     if occupant is not None:
         raise FaultError(f"hot-add model: slot {slot_name} is occupied by {occupant.qdev_id or bdf}")

@@ -9,7 +9,8 @@ from hilconform.emulators.profile import PROFILE_DIR, available_profiles, load_p
 
 # Device-model hosts and their stock-device variants (nvme/edu stand-ins under their own names).
 EXPECTED_SLOTS = {"a100": (2, 2), "t4": (2, 1), "fpga": (2, 1), "mixed": (2, 0),
-                  "a100-stock": (4, 2), "t4-stock": (2, 1), "fpga-stock": (2, 1)}
+                  "a100-stock": (4, 2), "t4-stock": (2, 1), "fpga-stock": (2, 1),
+                  "switch-stock": (4, 2), "wide-stock": (4, 16)}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_SLOTS))
@@ -29,7 +30,7 @@ def test_available_profiles_lists_all_shipped():
 
 
 def test_unknown_profile_lists_the_known_ones():
-    known = r"\(known: a100, a100-stock, fpga, fpga-stock, mixed, t4, t4-stock\)"
+    known = r"\(known: a100, a100-stock, fpga, fpga-stock, mixed, switch-stock, t4, t4-stock, wide-stock\)"
     with pytest.raises(ProfileError, match=r"unknown host profile 'h900' " + known):
         load_profile("h900")
 
@@ -97,4 +98,121 @@ def test_hotplug_mode_override():
 def test_a_misspelt_budget_names_the_one_it_resembles(tmp_path):
     path = _write(tmp_path, _base().replace("lease_ttl_s = 5", "lease_tll_s = 5", 1))
     with pytest.raises(ProfileError, match="did you mean 'lease_ttl_s'"):
+        load_profile(path)
+
+
+# -- switches (issue 14, topologies) -------------------------------------------------------------
+
+def test_switch_stock_has_two_root_port_slots_and_a_switch_of_four():
+    profile = load_profile("switch-stock")
+    assert [s.name for s in profile.switches] == ["sw0"]
+    assert [s.name for s in profile.root_port_slots] == ["gpu2", "gpu3"]
+    below = profile.slots_below("sw0")
+    assert [(s.name, s.populated) for s in below] == [
+        ("gpu0", True), ("gpu1", True), ("spare0", False), ("spare1", False)]
+    assert all(s.behind_switch and s.link_speed is None for s in below)
+    assert {s.accepts for s in below} == {"nvme"}
+    assert profile.root_ports == 3  # two slots and the switch's own root port
+    assert profile.ports_above("spare0") == ("rp-spare0", "up-sw0", "rp-sw-sw0")
+    assert profile.ports_above("gpu2") == ("rp-gpu2",)
+    assert profile.root_port_id("gpu0") == "rp-sw-sw0"
+    assert profile.switch("sw0").link_speed == "16"
+    with pytest.raises(ProfileError, match="no switch 'sw9'"):
+        profile.switch("sw9")
+
+
+def test_switches_survive_a_hotplug_mode_override():
+    profile = load_profile("switch-stock").with_hotplug_mode("acpi")
+    assert [s.name for s in profile.switches] == ["sw0"]
+
+
+def test_wide_stock_has_twenty_root_port_slots():
+    profile = load_profile("wide-stock")
+    assert len(profile.slots) == profile.root_ports == 20
+    assert not profile.switches
+
+
+def _switch_base() -> str:
+    return (PROFILE_DIR / "switch-stock.toml").read_text()
+
+
+_SWITCH = '[[switches]]\nname = "sw0"\nchassis = 10\nslot = 10\nlink = { speed = "16", width = "16" }\n'
+_GPU0 = '[[slots]]\nname = "gpu0"\nswitch = "sw0"\nchassis = 11\nslot = 11\n'
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key"),
+    [
+        # strict: unknown keys of a switch, and of a slot, are refused
+        ('name = "sw0"\nchassis = 10', 'name = "sw0"\nchasis = 10\nchassis = 10', "switches[0].chasis"),
+        (_GPU0, _GPU0.replace("switch =", "swtich ="), "slots[0].swtich"),
+        # a slot names a switch the profile lacks
+        (_GPU0, _GPU0.replace('"sw0"', '"sw9"'), "slots[0].switch"),
+        # a switch nothing is behind
+        (_SWITCH, _SWITCH + _SWITCH.replace("sw0", "sw1").replace("10", "20"), "switches[1].name"),
+        (_SWITCH, _SWITCH + _SWITCH, "switches[1].name"),  # two switches of one name
+        # chassis/slot numbers unique across root ports, downstream ports and switches' root ports
+        (_GPU0, _GPU0.replace("chassis = 11", "chassis = 1"), "slots[4].chassis"),
+        (_GPU0, _GPU0.replace("slot = 11", "slot = 2"), "slots[5].slot"),
+        (_GPU0, _GPU0.replace("chassis = 11", "chassis = 10"), "slots[0].chassis"),
+        (_GPU0, _GPU0.replace("slot = 11", "slot = 10"), "slots[0].slot"),
+        (_SWITCH, _SWITCH.replace("chassis = 10", "chassis = 0"), "switches[0].chassis"),
+        # a downstream port has no link caps of its own (QEMU's xio3130-downstream has no x-speed/x-width)
+        (_GPU0, _GPU0 + 'link = { speed = "16", width = "16" }\n', "slots[0].link"),
+        (_SWITCH, _SWITCH.replace('speed = "16"', 'speed = "9"'), "switches[0].link.speed"),
+        (_SWITCH, _SWITCH.replace("link = ", "lnk = "), "switches[0].lnk"),
+        # QEMU ids: slot 'sw-sw0' would have port id rp-sw-sw0, the switch's root port
+        ('name = "gpu3"', 'name = "sw-sw0"', "slots[5].name"),
+        # a model's BARs need window reserves a downstream port cannot take
+        ('name = "spare0"\nswitch = "sw0"\nchassis = 13\nslot = 13\ndevice = "empty"\naccepts = "nvme"',
+         'name = "spare0"\nswitch = "sw0"\nchassis = 13\nslot = 13\ndevice = "empty"\n'
+         'accepts = "model:a100-sxm4"', "slots[2].switch"),
+    ],
+)
+def test_malformed_switch_profile_names_file_and_key(tmp_path, old, new, key):
+    text = _switch_base()
+    assert old in text
+    path = _write(tmp_path, text.replace(old, new, 1))
+    with pytest.raises(ProfileError) as info:
+        load_profile(path)
+    assert str(path) in str(info.value)
+    assert repr(key) in str(info.value)
+
+
+def _slots_toml(names, switch: str | None = None, first: int = 1) -> str:
+    line = f'switch = "{switch}"\n' if switch else 'link = { speed = "16", width = "16" }\n'
+    return "".join(
+        f'[[slots]]\nname = "{name}"\nchassis = {(first + i) % 255 + 1}\nslot = {first + i}\n{line}'
+        'device = "empty"\naccepts = "nvme"\n'
+        'stands_in_for = { vendor = "10de", device = "20b0", model = "A100" }\n'
+        for i, name in enumerate(names))
+
+
+_HEAD = '[host]\nname = "t"\n[budgets]\nguest_ready_s = 90\n'
+
+
+def test_at_most_32_slots_behind_a_switch(tmp_path):
+    text = _HEAD + _SWITCH.replace("chassis = 10", "chassis = 255").replace("slot = 10", "slot = 999")
+    path = _write(tmp_path, text + _slots_toml([f"d{i}" for i in range(33)], "sw0"))
+    with pytest.raises(ProfileError, match=r"'switches\[0\].name': 33 slots behind switch 'sw0': at most 32"):
+        load_profile(path)
+
+
+def test_a_switch_takes_one_of_the_120_root_ports(tmp_path):
+    switch = _SWITCH.replace("chassis = 10", "chassis = 255").replace("slot = 10", "slot = 999")
+    text = _HEAD + switch + _slots_toml([f"r{i}" for i in range(120)]) + _slots_toml(["d0"], "sw0", 500)
+    path = _write(tmp_path, text)
+    with pytest.raises(ProfileError, match="121 root ports .* at most 120 root ports"):
+        load_profile(path)
+
+
+def test_the_pci_buses_must_fit(tmp_path):
+    # 10 switches of 24 slots: 250 ports with distinct chassis numbers, but 261 buses
+    # (pcie.0, 10 root ports, 10 switch-internal buses, 240 below the downstream ports).
+    switches = "".join(
+        _SWITCH.replace("sw0", f"sw{k}").replace("chassis = 10", f"chassis = {241 + k}")
+        .replace("slot = 10", f"slot = {1000 + k}") for k in range(10))
+    slots = "".join(_slots_toml([f"d{k}-{i}" for i in range(24)], f"sw{k}", 24 * k) for k in range(10))
+    path = _write(tmp_path, _HEAD + switches + slots)
+    with pytest.raises(ProfileError, match=r"'switches': 261 PCI buses .* at most 256"):
         load_profile(path)
