@@ -43,6 +43,7 @@ HANDLER_THREADS = 2  # on_change callers: a device blocked in a reset does not h
 BATCH_HANDLING_WAIT_S = 10.0  # a batch waits this long at most for its changes to be handled
 LOOK_AGAIN = ("bind", "unbind", "change")
 DISCOVERY_NICE = -10  # reader and handlers (raise_priority)
+MAX_DRAINED = 1024  # changes found waiting at a window's close that still join its batch
 log = logging.getLogger(__name__)
 
 
@@ -192,6 +193,7 @@ class ChangeHandlers:
         self._order = itertools.count()
         self._arrival: dict[str, int] = {}
         self._cond = threading.Condition()
+        self._adds_open = 0  # adds submitted and not yet handled (wait_adds_handled)
         self._stopping = False
         self._threads = [
             threading.Thread(target=self._serve, name=f"pci-change-{i}", daemon=True) for i in range(threads)
@@ -206,6 +208,7 @@ class ChangeHandlers:
                 return queue_[-1]  # one re-read, not yet started, covers this change too
             handling = _Handling(change)
             queue_.append(handling)
+            self._adds_open += change.action == "add"
             self._arrival.setdefault(change.bdf, next(self._order))
             self._cond.notify()
             return handling
@@ -237,10 +240,16 @@ class ChangeHandlers:
             finally:
                 handling.done.set()
                 with self._cond:
+                    self._adds_open -= handling.change.action == "add"
                     self._busy.discard(bdf)
                     if bdf in self._pending:
                         self._arrival[bdf] = next(self._order)  # its next change queues anew
-                    self._cond.notify()
+                    self._cond.notify_all()
+
+    def wait_adds_handled(self, timeout_s: float) -> bool:
+        """Wait until no add is waiting or being handled; False when timeout_s passed first."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._adds_open == 0 or self._stopping, timeout_s)
 
     def stop(self, timeout_s: float) -> None:
         with self._cond:
@@ -360,6 +369,16 @@ class DiscoveryWatcher:
         if self.source is not None:
             self.source.close()
 
+    def wait_adds_handled(self, timeout_s: float) -> bool:
+        """Wait until every add read so far was handled (its ``on_change`` returned).
+
+        A storm's self-checks wait for it, so that describing the storm's later devices
+        does not compete with checking its earlier ones (DISC-04: each within the
+        hot-add budget). True at once when no handlers run (cold discovery).
+        """
+        handlers = self._handlers
+        return True if handlers is None else handlers.wait_adds_handled(timeout_s)
+
     def _wants(self, change: PciChange) -> bool:
         if change.action == "remove" and not change.properties.get("CHILD_SUBSYSTEM"):
             wanted = change.bdf in self._known or self.selected(change.bdf) is not False
@@ -387,19 +406,28 @@ class DiscoveryWatcher:
         return change, (self._handlers.submit(change) if self._handlers else None)
 
     def _read_changes(self) -> None:
-        """Reader thread: collect each batch for window_s after its first change was read."""
+        """Reader thread: a batch holds the changes read within window_s of its first one, and
+        those found waiting when the window closes: they arrived before the reader looked,
+        however late a busy node let it run (at most MAX_DRAINED, so a flood cannot hold a
+        batch open)."""
         raise_priority()
+        window_ns = round(self.window_s * 1e9)
         try:
             while not self._stop.is_set():
                 first = self._read(_IDLE_POLL_S)
                 if first is None:
                     continue
                 batch = [first]
-                deadline_ns = first[0].received_ns + round(self.window_s * 1e9)
+                deadline_ns = first[0].received_ns + window_ns
                 while (left_ns := deadline_ns - time.monotonic_ns()) > 0:
                     item = self._read(left_ns / 1e9)
                     if item is not None:
                         batch.append(item)
+                for _ in range(MAX_DRAINED):
+                    item = self._read(0.0)
+                    if item is None:
+                        break
+                    batch.append(item)
                 self._closed_batches.put(batch)
         finally:
             self._closed_batches.put(None)  # the delivery thread ends after the last batch

@@ -32,11 +32,13 @@ from .protocol import ProtocolError
 from .selector import Selector
 from .sysfs import Sysfs
 from .transport import Server, Session
+from .uevent_socket import KernelUeventSource
 from .workers import FairWorkerPool
 
 RUNTIME_VERSION = "0.1.0"
 HISTORY = 2048  # events kept for subscribe(since_seq=...)
 RECOVERY_GRACE_NS = 10_000_000_000  # config may read all ones while the kernel recovers the link
+SELF_CHECK_DEFER_S = 2.0  # a hot-add self-check waits at most this long for a storm's other adds to be read
 SENT = object()  # a handler already replied (or will reply from a worker)
 
 
@@ -141,8 +143,7 @@ class Service:
             "internal_errors": 0,
         }
         if change_source is None:
-            # no udev on this host: a queue nothing feeds
-            change_source = UdevChangeSource(source=cfg.uevent_source) if cfg.udev else QueueChangeSource()
+            change_source = _change_source(cfg)
         self.watcher = DiscoveryWatcher(
             self.sysfs,
             self.selector,
@@ -387,7 +388,12 @@ class Service:
     def _start_hot_add(self, dev: Device, entry: str) -> None:
         dev.hot_add_entry = None
         info, hooks = dev.info, dev.hooks
-        self._start(dev, "hot_add", entry, lambda run: procedures.hot_add(self, run, info, hooks))
+
+        def after_the_storm(run):
+            self.watcher.wait_adds_handled(SELF_CHECK_DEFER_S)
+            return procedures.hot_add(self, run, info, hooks)
+
+        self._start(dev, "hot_add", entry, after_the_storm)
 
     def _known_sources(self) -> set[str]:
         return {d.bdf for d in self.devices.values()} | {d.port for d in self.devices.values() if d.port}
@@ -1265,6 +1271,15 @@ class Service:
     def _m_shutdown(self, session: Session, req: protocol.Request) -> dict:
         threading.Timer(0.05, self.request_stop, args=("shutdown request",)).start()
         return {"stopping": True}
+
+
+def _change_source(cfg: Config):
+    """Where device changes come from: the kernel's uevents (default), udevd's, or nothing."""
+    if not cfg.udev:
+        return QueueChangeSource()  # nothing feeds it: no udev on this host
+    if cfg.uevent_source == "kernel":
+        return KernelUeventSource()
+    return UdevChangeSource(source="udev")
 
 
 def _not_healthy(dev: Device, req_id, when: str = "") -> ProtocolError:

@@ -201,6 +201,27 @@ def test_a_storm_is_read_as_it_comes_while_its_changes_are_being_handled(fake):
     assert sorted(handled) == bdfs  # the batch came after every add was handled
 
 
+def test_changes_waiting_when_the_window_closes_join_its_batch(fake):
+    """The reader was held up (its first read comes after the window has passed): the changes
+    that arrived meanwhile are one batch, not one batch each."""
+    batches, source = [], QueueChangeSource()
+    bdfs = [f"0000:0{i}:00.0" for i in range(2, 6)]
+    for bdf in bdfs:
+        fake.add_device(bdf, nvme_config())
+    first = PciChange("add", bdfs[0], time.monotonic_ns() - 500_000_000)  # read 0.5 s late
+    source.put(first)
+    for bdf in bdfs[1:]:
+        source.emit("add", bdf)
+    watcher = _watcher(fake, batches, source, window=0.2)
+    watcher.start()
+    try:
+        _collect(watcher, batches, 1)
+        time.sleep(0.3)
+    finally:
+        watcher.stop()
+    assert [[c.bdf for c in b] for b in batches] == [bdfs]
+
+
 def test_changes_of_one_device_are_handled_in_order_and_devices_in_parallel(fake):
     source, calls, lock = QueueChangeSource(), [], threading.Lock()
 
