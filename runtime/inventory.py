@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from .pciconfig import ConfigSpace, parse_config
 from .sysfs import PCI_DEVICES, Sysfs
@@ -61,7 +61,7 @@ class DeviceInfo:
         return f"{self.vendor_id:04x}:{self.device_id:04x}"
 
     def to_dict(self) -> dict:
-        out = asdict(self)
+        out = asdict(replace(self, config=None))  # the parsed config is big and not reported
         out.pop("config")
         for key in ("vendor_id", "device_id", "subsystem_vendor_id", "subsystem_id"):
             if out[key] is not None:

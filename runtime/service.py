@@ -332,7 +332,8 @@ class Service:
     def _add_device(
         self, info: DeviceInfo, cause: str, change: PciChange | None, timing: dict | None = None
     ) -> None:
-        """New record, ``discovered`` at once (DISC-02 latency), then baselines and the self-check."""
+        """New record, ``discovered`` at once (DISC-02 latency); baselines, identity check and the
+        self-check follow on the self-check's thread."""
         try:
             hooks = hooks_for(info, self.cfg.hooks)
         except ValueError as exc:
@@ -360,16 +361,21 @@ class Service:
                     **({"timing_ms": {k: round(v, 3) for k, v in timing.items()}} if timing else {}),
                 },
             )
+            self._start_hot_add(dev, cause, first_seen=known)
+
+    def _first_seen(self, dev: Device, known: set[str]) -> bool:
+        """AER baselines and the identity check of a new record, on its self-check's thread (off
+        the discovery path); False when the device is gone meanwhile."""
+        info = dev.info
         baselines = {}
-        for src in filter(None, (info.bdf, port)):
+        for src in filter(None, (info.bdf, dev.port)):
             try:
                 baselines[src] = totals(self.sysfs.aer_counters(src))
             except Inconclusive as exc:  # no baseline: the first poll that can read sets it
                 self.own_errors.inconclusive(exc, f"{info.bdf} AER baseline")
         with self._lock:
             if self.devices.get(info.bdf) is not dev or dev.gone:
-                dev.busy = None
-                return
+                return False
             for src, current in baselines.items():
                 if src == info.bdf or src not in known:  # a port shared with a sibling keeps its baseline
                     self._counter.baseline(src, current)
@@ -383,14 +389,18 @@ class Service:
                         "fingerprint": info.fingerprint,
                     },
                 )
-            self._start_hot_add(dev, cause)
+            return True
 
-    def _start_hot_add(self, dev: Device, entry: str) -> None:
+    def _start_hot_add(self, dev: Device, entry: str, first_seen: set[str] | None = None) -> None:
+        """The self-check on its own thread (lock held). ``first_seen``: the known AER sources
+        before this new record, whose baselines and identity check run first."""
         dev.hot_add_entry = None
         info, hooks = dev.info, dev.hooks
 
         def after_the_storm(run):
             self.watcher.wait_adds_handled(SELF_CHECK_DEFER_S)
+            if first_seen is not None and not self._first_seen(dev, first_seen):
+                return None
             return procedures.hot_add(self, run, info, hooks)
 
         self._start(dev, "hot_add", entry, after_the_storm)
