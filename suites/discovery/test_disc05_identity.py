@@ -212,8 +212,10 @@ def test_identity_change_in_place_is_flagged(host_factory):
 
     1. A's unit vanishes and the same unit comes back: not flagged (control).
     2. B's unit vanishes and another unit (other serial) appears in B: flagged.
-    3. As 2 in A, but the runtime learns of the removal by polling, not from udev
-       (the guest's udevd is held while the device goes): flagged all the same.
+    3. As 2 in A, but udevd's events of the removal never come (the guest's udevd is
+       held while the device goes): a runtime listening to udevd learns of it by polling,
+       one listening to the kernel's own uevents (the reference) hears the kernel; flagged
+       all the same.
     4. B's unit is swapped while the runtime is not running: flagged when it starts.
     5. A's unit is taken out by the runtime's own orderly removal and another unit is
        added to A: flagged, and reported with its own serial and a fingerprint of its
