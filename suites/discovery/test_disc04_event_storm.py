@@ -11,19 +11,23 @@ to read one change, so a runtime that rebuilds per change, whose window is much 
 200 ms, or that reads the next change only after it has described the last one, splits the
 storm instead of merging changes that merely queued up while it was busy.
 
-Whether the adds fall "within one 200 ms window" is decided where the runtime could see
-them: an independent `udevadm monitor --kernel` in the guest (at raised priority) timestamps
-the kernel's PCI `add` uevents. A storm the witness saw at most 180 ms apart (a 10% margin
-inside the window) is judged; a wider one is undone and injected again (at most 5 attempts;
-if none lands inside the window the storm could not be injected: an infrastructure error,
-not a verdict). Every attempt must have all its devices discovered.
+Whether adds fall "within one 200 ms window" is decided where the runtime could see them:
+an independent `udevadm monitor --kernel` in the guest (at raised priority) timestamps the
+kernel's PCI `add` uevents. The adds it saw within 150 ms of the storm's first (a 25% margin
+for two observers' jitter on a busy TCG guest) must all be in the storm's first batch. Under
+TCG pciehp enumerates one slot at a time, so of a 16-device storm only the first few land
+in that window; a storm with fewer than two inside it is undone and injected again (at most
+5 attempts, then an infrastructure error, not a verdict). Every attempt must have all its
+devices discovered.
 
-Judging: each add lands in exactly one batch, so the first `topology` rebuild carrying `add`
-actions must count every add and list every device; after all self-checks ended no other
-rebuild since the storm may carry an add; each device's latency (its `device_add` returned
-on the host -> its `discovered` event received on the host, as DISC-02 measures one add)
-is within the profile's `hot_add_discovery_p95_ms`. Native hot-plug is used whatever the
-run's default: ACPI hot-plug spreads the same adds over 200-700 ms.
+Judging: the first `topology` rebuild carrying `add` actions lists and counts every add the
+witness saw inside the window; the rebuilds together count each add once and the last lists
+every device; each device's latency (its `device_add` returned on the host -> its
+`discovered` event received on the host, as DISC-02 measures one add), less the kernel's
+queueing behind the storm's other slots (how much later than its `device_add`'s own offset
+in the storm the kernel announced it), is within the profile's `hot_add_discovery_p95_ms`.
+Native hot-plug is used whatever the run's default: ACPI hot-plug spreads the same adds over
+200-700 ms.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from hilconform.emulators.errors import InfrastructureError
 pytestmark = [pytest.mark.clause("DISC-04"), pytest.mark.destructive, pytest.mark.slow]
 
 STORM_WINDOW_MS = 200.0  # the clause's window
-JUDGED_SPREAD_MS = 180.0  # storms the witness saw within this are judged
+JUDGED_SPREAD_MS = 150.0  # adds the witness saw within this of the first must share a batch
 MAX_ATTEMPTS = 5
 STORM_SPAN_MS = 120.0  # first device_add to last, spread evenly
 SPAN_SLACK_MS = 60.0  # the device_adds may return this much later than planned
@@ -112,9 +116,10 @@ def _undo(host, runtime, qdev_ids: list[str], bdfs: list[str]) -> None:
     guest_quiet(host)  # no stale removal events in the next storm's batch
 
 
-def _storm_shape(seen, bdfs, returned_ms) -> tuple[dict[str, float], list[str]]:
-    """Per device, the kernel's queueing (ms) beyond its device_add's own offset in the storm,
-    and the devices the kernel announced within JUDGED_SPREAD_MS of the storm's first add."""
+def _storm_shape(seen, bdfs, returned_ms) -> tuple[dict[str, float], list[str], dict[str, float]]:
+    """Per device, the kernel's queueing (ms) beyond its device_add's own offset in the storm;
+    the devices the kernel announced within JUDGED_SPREAD_MS of the storm's first add; and
+    when the witness saw each add (guest monotonic ms)."""
     adds = {}
     for ms, action, bdf in seen:
         if action == "add" and bdf in bdfs:
@@ -124,7 +129,7 @@ def _storm_shape(seen, bdfs, returned_ms) -> tuple[dict[str, float], list[str]]:
     first_kernel, first_add = min(adds.values()), min(returned_ms.values())
     queueing = {b: max(0.0, (adds[b] - first_kernel) - (returned_ms[b] - first_add)) for b in bdfs}
     within = sorted((b for b in bdfs if adds[b] - first_kernel <= JUDGED_SPREAD_MS), key=adds.get)
-    return queueing, within
+    return queueing, within, adds
 
 
 def test_a_storm_into_every_empty_slot_is_one_batch_each_discovered_in_time(host_factory, measurements):
@@ -159,7 +164,7 @@ def test_a_storm_into_every_empty_slot_is_one_batch_each_discovered_in_time(host
         listed = {d["device"] for d in runtime.call("inventory")["devices"]}
         assert set(bdfs) <= listed, f"not in the inventory after the storm: {sorted(set(bdfs) - listed)}"
         returned_ms = {bdf: returned[q] / 1e6 for q, bdf in zip(qdev_ids, bdfs, strict=True)}
-        queueing, within = _storm_shape(seen, bdfs, returned_ms)
+        queueing, within, kernel_ms = _storm_shape(seen, bdfs, returned_ms)
         counts.append(len(within))
         if len(within) >= 2:
             break
@@ -192,9 +197,15 @@ def test_a_storm_into_every_empty_slot_is_one_batch_each_discovered_in_time(host
     runtime_spread = (
         f"{ms_between(min(read), max(read)):.0f} ms" if all(isinstance(r, int) for r in read) else "unknown"
     )
+    first_ms = min(kernel_ms.values())
+    timeline = {
+        b: (round(kernel_ms[b] - first_ms), round(r / 1e6 - first_ms) if isinstance(r, int) else None)
+        for b, r in sorted(zip(bdfs, read, strict=True), key=lambda br: kernel_ms[br[0]])
+    }
     context = (
         f"{len(within)} of the {len(bdfs)} adds announced by the kernel within {JUDGED_SPREAD_MS:.0f} ms "
-        f"of the first (the runtime says it read all {len(bdfs)} within {runtime_spread}); topology "
+        f"of the first (the runtime says it read all {len(bdfs)} within {runtime_spread}); per device "
+        f"(kernel announced, runtime read) ms after the first announcement: {timeline}; topology "
         f"events since the storm: {[(t['generation'], t.get('cause'), t.get('actions')) for t in rebuilds]}"
     )
     assert with_adds, f"no topology rebuild counts an add: {context}"
