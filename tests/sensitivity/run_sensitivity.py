@@ -65,6 +65,7 @@ class Mutant:
     how: str
     tests: tuple[str, ...]
     ci: bool
+    hosts: tuple[str, ...] = ()  # the hosts that can show it (empty: any host)
 
 
 @dataclass
@@ -107,9 +108,15 @@ def load_catalogue(path: Path = CATALOGUE) -> list[Mutant]:
             raise CatalogueError(f"{where}: duplicate name")
         if not entry["tests"] or not all(isinstance(t, str) and "::" in t for t in entry["tests"]):
             raise CatalogueError(f"{where}: 'tests' must list pytest node ids (path::test)")
+        unknown = sorted(set(entry) - {"name", "module", "breaks", "how", "tests", "ci", "hosts"})
+        if unknown:
+            raise CatalogueError(f"{where}: unknown key {unknown[0]!r}")
+        hosts = entry.get("hosts", [])
+        if not isinstance(hosts, list) or not all(isinstance(h, str) and ":" in h for h in hosts):
+            raise CatalogueError(f"{where}: 'hosts' must list hosts as KIND:NAME")
         seen.add(entry["name"])
         mutants.append(Mutant(entry["name"], entry["module"], entry["breaks"], entry["how"],
-                              tuple(entry["tests"]), entry["ci"]))
+                              tuple(entry["tests"]), entry["ci"], tuple(hosts)))
     if not mutants:
         raise CatalogueError(f"{path}: no [[mutant]] entries")
     return mutants
@@ -318,14 +325,23 @@ def update_doc(doc: Path, table: str) -> None:
 
 # -- main ----------------------------------------------------------------------------------------
 
-def select(mutants: list[Mutant], names: list[str] | None, full: bool) -> list[Mutant]:
+def select(mutants: list[Mutant], names: list[str] | None, full: bool,
+           host: str | None = None) -> list[Mutant]:
+    """The mutants asked for by name, else every one (--full) or the CI subset; without names,
+    a mutant whose catalogue entry names `hosts` runs only on those."""
     if names:
         known = {m.name: m for m in mutants}
         unknown = [n for n in names if n not in known]
         if unknown:
             raise CatalogueError(f"unknown mutant(s) {unknown}; known: {sorted(known)}")
         return [known[n] for n in names]
-    return mutants if full else [m for m in mutants if m.ci]
+    chosen = mutants if full else [m for m in mutants if m.ci]
+    return [m for m in chosen if not m.hosts or host is None or host in m.hosts]
+
+
+def elsewhere(mutants: list[Mutant], chosen: list[Mutant]) -> list[Mutant]:
+    """The mutants left out because they are shown on other hosts."""
+    return [m for m in mutants if m.hosts and m not in chosen]
 
 
 def union(mutants: list[Mutant]) -> list[str]:
@@ -352,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
     try:
-        chosen = select(load_catalogue(), args.mutant, args.full)
+        catalogue = load_catalogue()
+        chosen = select(catalogue, args.mutant, args.full, args.host)
     except CatalogueError as exc:
         print(f"run_sensitivity: {exc}", file=sys.stderr)
         return EXIT_BROKEN
@@ -361,6 +378,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run_sensitivity: --doc {args.doc}: no file with {TABLE_BEGIN} ... {TABLE_END}",
               file=sys.stderr)
         return EXIT_BROKEN
+    if not args.mutant:
+        for mutant in elsewhere(catalogue if args.full else [m for m in catalogue if m.ci], chosen):
+            print(f"run_sensitivity: {mutant.name}: left out on {args.host}; it is shown on "
+                  f"{', '.join(mutant.hosts)}", flush=True)
     out = args.out.resolve()
     for sub in ("junit", "logs"):
         (out / sub).mkdir(parents=True, exist_ok=True)
