@@ -19,6 +19,7 @@ DRIVERLESS_IDS = frozenset({"1234:11e8", "1b36:0005"})
 _CONFIG_KEYS = ("firmware", "driverless", "models")
 MODEL_REGISTERS_PATH = os.path.join(os.path.dirname(__file__), "model_registers.toml")
 ALL_ONES = 0xFFFFFFFF
+UDEV_DATA = ("run", "udev", "data")  # udev's database: an entry per device it finished processing
 
 
 class DeviceUnreachable(OSError):
@@ -90,6 +91,26 @@ class NvmeHooks(BlockHooks):
 
     def queue_depth(self, sysfs: Sysfs, bdf: str) -> int | None:
         return super().queue_depth(sysfs, bdf) or 0
+
+    def interrupts_ready(self, sysfs: Sysfs, bdf: str, info: DeviceInfo) -> bool:
+        """As every class, and the node done setting the controller up: the controller `live`
+        (before, its serial may read "(efault)") and, where udev runs, udev done with every
+        namespace's block device (its database entry written: blkid's probe read is over).
+        A removal started while udev still reads a namespace leaves that read stuck once bus
+        mastering is off, and the kernel's removal waits for it (del_gendisk)."""
+        if not super().interrupts_ready(sysfs, bdf, info):
+            return False
+        controller = (*PCI_DEVICES, bdf, "nvme", "nvme*")
+        states = [sysfs.read_text(p) for p in sysfs.glob(*controller, "state")]
+        if states and "live" not in states:
+            return False
+        if not os.path.isdir(sysfs.path(*UDEV_DATA)):
+            return True
+        for dev_file in sysfs.glob(*controller, "nvme*n*", "dev"):
+            numbers = sysfs.read_text(dev_file)
+            if numbers and not os.path.exists(sysfs.path(*UDEV_DATA, f"b{numbers}")):
+                return False
+        return True
 
     def _read_firmware(self, sysfs: Sysfs, bdf: str) -> str | None:
         for path in sysfs.glob(*PCI_DEVICES, bdf, "nvme", "nvme*", "firmware_rev"):

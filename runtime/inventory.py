@@ -213,7 +213,7 @@ def class_serial(sysfs: Sysfs, bdf: str) -> str | None:
     """A class-specific serial: nvme's (nvme/nvme*/serial, needs the driver bound), else None."""
     for path in sysfs.glob(*PCI_DEVICES, bdf, "nvme", "nvme*", "serial"):
         serial = sysfs.read_text(path)
-        if serial:
+        if serial and not serial.startswith("("):  # "(efault)": the controller is not identified yet
             return serial
     return None
 

@@ -486,6 +486,7 @@ class Service:
                 self._transition(dev, [dev.states.move("main", to, cause, checkpoint)])
 
     def join_pool(self, bdf: str, cause: str, checkpoint: dict) -> bool:
+        self._redescribe(bdf)  # its driver is bound now: driver and class serial are readable
         with self._lock:
             dev = self.devices.get(bdf)
             if dev is None or dev.gone or dev.states.health != "DISCOVERED":

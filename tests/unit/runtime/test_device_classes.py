@@ -120,3 +120,27 @@ def test_bad_config_names_the_key(fake):
         hooks_for(info, {"firmwares": {}})
     with pytest.raises(ValueError, match="firmware"):
         hooks_for(info, {"firmware": ["1.0"]})
+
+
+def test_an_nvme_controller_is_ready_only_once_live_and_its_serial_once_identified(fake, tmp_path):
+    """Kernel 6.1 shows an nvme controller being set up as state "new"/"connecting" and its
+    serial as "(efault)": the self-check waits for "live", and no serial is taken from it."""
+    info = _nvme(fake, driver="nvme", nvme_serial="(efault)", nvme_firmware="1.0")
+    assert info.serial is None and info.identity_basis == "location"
+    ctrl = next((tmp_path / "sys" / "bus" / "pci" / "devices" / NVME / "nvme").glob("nvme*"))
+    hooks = hooks_for(info)
+    (ctrl / "state").write_text("connecting\n")
+    assert hooks.interrupts_ready(fake.sysfs, NVME, info) is False
+    (ctrl / "state").write_text("live\n")
+    assert hooks.interrupts_ready(fake.sysfs, NVME, info) is True
+
+
+def test_an_nvme_controller_is_ready_once_udev_finished_its_namespaces(fake, tmp_path):
+    info = _nvme(fake, driver="nvme", nvme_inflight=(0, 0), nvme_serial="S", nvme_firmware="1.0")
+    hooks = hooks_for(info)
+    assert hooks.interrupts_ready(fake.sysfs, NVME, info) is True  # no udev on this node
+    udev_data = tmp_path / "run" / "udev" / "data"
+    udev_data.mkdir(parents=True)
+    assert hooks.interrupts_ready(fake.sysfs, NVME, info) is False  # udev still probing nvme0n1
+    (udev_data / "b259:0").write_text("")
+    assert hooks.interrupts_ready(fake.sysfs, NVME, info) is True
