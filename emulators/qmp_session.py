@@ -24,6 +24,13 @@ from .errors import QmpError, WaitTimeout
 from .event_log import EventLog
 
 DEFAULT_TIMEOUT_S = 10.0
+CONNECT_RETRY_S = 0.02  # pause between connects refused while QEMU has bound but not yet listens
+
+
+def _refused(exc: QmpError) -> bool:
+    """Whether a failed connect was refused (the socket exists, nobody listens on it yet)."""
+    cause = exc.__cause__
+    return isinstance(getattr(cause, "exc", cause), ConnectionRefusedError)
 
 
 class QmpSession:
@@ -42,9 +49,20 @@ class QmpSession:
 
     # -- connection ---------------------------------------------------------------------------
     def connect(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        """Connect within timeout_s. QEMU binds its socket (the path appears) before it listens:
+        a connect in between is refused, so a refusal is retried until the deadline."""
         self._thread.start()
+        deadline = time.monotonic() + timeout_s
         try:
-            self._run(self._client.connect(str(self.socket_path)), timeout_s, "connect")
+            while True:
+                left_s = max(deadline - time.monotonic(), 0.1)
+                try:
+                    self._run(self._client.connect(str(self.socket_path)), left_s, "connect")
+                    break
+                except QmpError as exc:
+                    if not _refused(exc) or time.monotonic() + CONNECT_RETRY_S >= deadline:
+                        raise
+                time.sleep(CONNECT_RETRY_S)
         except QmpError:
             self.close()
             raise
