@@ -38,6 +38,9 @@ from .workers import FairWorkerPool
 RUNTIME_VERSION = "0.1.0"
 HISTORY = 2048  # events kept for subscribe(since_seq=...)
 RECOVERY_GRACE_NS = 10_000_000_000  # config may read all ones while the kernel recovers the link
+# The kernel's uevents can outrun its log (read by another thread): an error line read this soon
+# after its episode's window closed belongs to that episode and opens no new window.
+LATE_ERROR_LINE_NS = 2_000_000_000
 SELF_CHECK_DEFER_S = 2.0  # a hot-add self-check waits at most this long for a storm's other adds to be read
 SENT = object()  # a handler already replied (or will reply from a worker)
 
@@ -78,6 +81,7 @@ class Device:
         # checks that could not run for want of the runtime's own resources, finished by a later poll
         self.release_cause: str | None = None  # RELEASED, its release checkpoint still to run
         self.hot_add_entry: str | None = None  # DISCOVERED, its self-check still to run
+        self.recovery_ended_ns = -(1 << 62)  # when its last error recovery window closed
         self.last_cause = "discovered"
         self.since_ns = time.monotonic_ns()
         self._info_of: DeviceInfo | None = None
@@ -635,7 +639,9 @@ class Service:
     def _redescribe(self, bdf: str) -> None:
         with self._lock:
             dev = self.devices.get(bdf)
-            if dev is None or dev.gone or dev.resetting:  # config reads would block during a reset
+            # config reads block during a reset and during the kernel's error recovery (its link
+            # reset); a read stuck there would hold the device's outcome uevent behind it
+            if dev is None or dev.gone or dev.resetting or dev.aer.recovering_since_ns is not None:
                 return
             previous = dev.info
         try:
@@ -735,6 +741,8 @@ class Service:
         only once it is done resetting."""
         if dev.aer.recovering_since_ns is not None:
             return
+        if source == "kernel_log" and now_ns - dev.recovery_ended_ns < LATE_ERROR_LINE_NS:
+            return  # the kernel's line of an episode its uevents already opened and closed
         dev.aer.begin_recovery(now_ns)
         self.emit("aer", {"device": dev.bdf, "kind": "begin_recovery", "source": source, **detail})
 
@@ -761,6 +769,7 @@ class Service:
                 return
             began = dev.aer.recovering_since_ns
             severity = dev.aer.end_recovery(now)
+            dev.recovery_ended_ns = now
             detail = {"device": bdf, "severity": severity, "source": source, **dev.aer.to_dict(now)}
             if online is not None:
                 detail["online"] = online
