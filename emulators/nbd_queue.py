@@ -13,7 +13,7 @@ import os
 import signal
 
 from .layout import InstanceLayout
-from .processes import ChildProcess, wait_for_path
+from .processes import ChildProcess, wait_for_listener
 from .toolchain import find_tool
 
 
@@ -38,7 +38,8 @@ class NbdQueueBackend:
         ]
         self.process = ChildProcess(f"nbd-{self.slot_name}", argv,
                                     self.layout.nbd_log(self.slot_name), self.layout.pids)
-        wait_for_path(sock, timeout_s, self.process)
+        # qemu-nbd binds (the path appears) before it listens: QEMU's connect in between is refused
+        wait_for_listener(sock, timeout_s, self.process)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.alive()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Sequence
@@ -102,6 +103,32 @@ def wait_for_path(path: Path, timeout_s: float, child: ChildProcess | None = Non
             )
         if time.monotonic() > deadline:
             raise WaitTimeout(f"{path} did not appear within {timeout_s:.1f}s")
+        time.sleep(0.02)
+
+
+def wait_for_listener(path: Path, timeout_s: float, child: ChildProcess | None = None) -> None:
+    """Wait until a unix socket accepts connections; fail early if the child exited.
+
+    A server's socket path appears at bind(), before it listens: a connect in between is
+    refused. So the path is not enough; a probe connect (closed at once) must succeed."""
+    from .errors import InfrastructureError, WaitTimeout
+
+    deadline = time.monotonic() + timeout_s
+    wait_for_path(path, timeout_s, child)
+    while True:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(str(path))
+                return
+            except (ConnectionRefusedError, FileNotFoundError):
+                pass
+        if child is not None and not child.alive():
+            raise InfrastructureError(
+                f"{child.name} exited with status {child.returncode()} before listening on "
+                f"{path}; its output:\n{child.log_tail()}"
+            )
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"{path} exists but nothing listened on it within {timeout_s:.1f}s")
         time.sleep(0.02)
 
 

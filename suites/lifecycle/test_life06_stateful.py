@@ -60,6 +60,7 @@ from lifecycle_support import (
     subscribe_from_start,
 )
 
+from hilconform.emulators.errors import InfrastructureError
 from hilconform.fixtures.runtime_client import RuntimeCallError
 
 pytestmark = [pytest.mark.clause("LIFE-06"), pytest.mark.destructive, pytest.mark.slow]
@@ -94,6 +95,7 @@ class Rig:
         self.model_seen: set[int] = set()  # seqs of deallocate events applied to the model
         self.steps: list[str] = []
         self.failures: list[str] = []
+        self.first_error: Exception | None = None  # the exception behind failures[0]
         self.started = time.monotonic()
         # class allocations ask for the stand-in kind of the first slot (nvme on a100/t4)
         self.class_ids = kind_ids(host.profile.kind(host.profile.slots[0].accepts))
@@ -139,6 +141,7 @@ def test_random_operation_sequences_keep_every_invariant(host, request, record_p
             except Exception as exc:
                 if not rig.failures:
                     rig.failures.append(f"{function.__name__}: {type(exc).__name__}: {exc}")
+                    rig.first_error = exc
                 raise
         return wrapper
 
@@ -427,7 +430,10 @@ def test_random_operation_sequences_keep_every_invariant(host, request, record_p
         if not rig.failures:
             raise
         steps = "\n  ".join(rig.steps[-40:])
-        raise AssertionError(f"{banner}\nfirst failure: {rig.failures[0]}\nlast steps:\n  {steps}") from exc
+        report = f"{banner}\nfirst failure: {rig.failures[0]}\nlast steps:\n  {steps}"
+        if isinstance(rig.first_error, InfrastructureError):  # the test bed failed, not the runtime
+            raise InfrastructureError(report) from rig.first_error
+        raise AssertionError(report) from exc
     else:
         flush(rig.runtime)
         rig.checker.feed_all(rig.runtime.events(rig.mark))
