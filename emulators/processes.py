@@ -92,18 +92,25 @@ class ChildProcess:
 
 def wait_for_path(path: Path, timeout_s: float, child: ChildProcess | None = None) -> None:
     """Wait until a file or socket exists; fail early if the child exited."""
-    from .errors import InfrastructureError, WaitTimeout
+    from .errors import WaitTimeout
 
     deadline = time.monotonic() + timeout_s
     while not path.exists():
-        if child is not None and not child.alive():
-            raise InfrastructureError(
-                f"{child.name} exited with status {child.returncode()} before creating "
-                f"{path}; its output:\n{child.log_tail()}"
-            )
+        _raise_if_exited(child, f"creating {path}")
         if time.monotonic() > deadline:
             raise WaitTimeout(f"{path} did not appear within {timeout_s:.1f}s")
         time.sleep(0.02)
+
+
+def _raise_if_exited(child: ChildProcess | None, before: str) -> None:
+    """InfrastructureError with the child's last output when it exited before ``before``."""
+    from .errors import InfrastructureError
+
+    if child is not None and not child.alive():
+        raise InfrastructureError(
+            f"{child.name} exited with status {child.returncode()} before {before}; "
+            f"its output:\n{child.log_tail()}"
+        )
 
 
 def wait_for_listener(path: Path, timeout_s: float, child: ChildProcess | None = None) -> None:
@@ -111,7 +118,7 @@ def wait_for_listener(path: Path, timeout_s: float, child: ChildProcess | None =
 
     A server's socket path appears at bind(), before it listens: a connect in between is
     refused. So the path is not enough; a probe connect (closed at once) must succeed."""
-    from .errors import InfrastructureError, WaitTimeout
+    from .errors import WaitTimeout
 
     deadline = time.monotonic() + timeout_s
     wait_for_path(path, timeout_s, child)
@@ -122,11 +129,7 @@ def wait_for_listener(path: Path, timeout_s: float, child: ChildProcess | None =
                 return
             except (ConnectionRefusedError, FileNotFoundError):
                 pass
-        if child is not None and not child.alive():
-            raise InfrastructureError(
-                f"{child.name} exited with status {child.returncode()} before listening on "
-                f"{path}; its output:\n{child.log_tail()}"
-            )
+        _raise_if_exited(child, f"listening on {path}")
         if time.monotonic() > deadline:
             raise WaitTimeout(f"{path} exists but nothing listened on it within {timeout_s:.1f}s")
         time.sleep(0.02)
