@@ -102,7 +102,8 @@ def wait_until(runtime, probe: Callable[[], Any], timeout_s: float, what: str,
             pass
 
 
-def _quiet(record: dict) -> bool:
+def quiet(record: dict) -> bool:
+    """No procedure running, not DISCOVERED, no AER recovery open: a state a test may judge."""
     return (record["state"] != "DISCOVERED" and record["busy"] is None
             and not record.get("aer", {}).get("recovering"))
 
@@ -125,7 +126,7 @@ def settled_inventory(runtime, timeout_s: float = SETTLE_TIMEOUT_S) -> dict:
     """The inventory once cold discovery ended and no device is in a self-check or procedure."""
     def probe():
         inventory = runtime.call("inventory")
-        if inventory["complete"] and all(_quiet(d) for d in inventory["devices"]):
+        if inventory["complete"] and all(quiet(d) for d in inventory["devices"]):
             return inventory
         return None
     return wait_until(runtime, probe, timeout_s, "every device through its self-check, no procedure "
@@ -141,7 +142,7 @@ def wait_state(runtime, bdf: str, states: Iterable[str], timeout_s: float = PROC
 
     def probe():
         record = device_record(runtime, bdf)
-        return record if record["state"] in wanted and _quiet(record) else None
+        return record if record["state"] in wanted and quiet(record) else None
     return wait_until(runtime, probe, timeout_s, f"{bdf} in {sorted(wanted)}")
 
 
