@@ -9,15 +9,18 @@ Nothing here imports the runtime's parsers.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 
 import pytest
 
 from hilconform.emulators.errors import InfrastructureError
+from hilconform.fixtures.runtime_client import RuntimeUnresponsive
 
 COLD_DISCOVERY_TIMEOUT_S = 60.0
 DISCOVERED_TIMEOUT_S = 20.0
 SETTLE_TIMEOUT_S = 30.0
+SETTLE_SLICE_S = 2.0  # how often a settle wait looks for a guest-side removal
 REMOVED_TIMEOUT_S = 30.0
 BDF_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
@@ -41,11 +44,37 @@ def wait_discovered(runtime, bdf: str, after: int, timeout_s: float = DISCOVERED
 
 
 def wait_settled(runtime, bdf: str, after: int, timeout_s: float = SETTLE_TIMEOUT_S) -> dict:
-    """The end of the device's hot-add self-check (procedure hot_add, step end)."""
-    return runtime.wait_event(
-        "procedure", after, timeout_s,
-        match=lambda d: d["device"] == bdf and d["procedure"] == "hot_add" and d["step"] == "end",
-        what=f"hot-add self-check of {bdf} ends")
+    """The end of the device's hot-add self-check (procedure hot_add, step end).
+
+    A test-bed race is told apart from a runtime that never ends its self-check: QEMU signals a
+    native hot-add with presence detect *and* an attention button press; a guest that handles
+    the link-up first takes the button for a power-off request ("Powering off due to button
+    press") and the device leaves before the test asked. Then this raises InfrastructureError."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return runtime.wait_event(
+                "procedure", after, min(SETTLE_SLICE_S, max(0.0, deadline - time.monotonic())),
+                match=lambda d: d["device"] == bdf and d["procedure"] == "hot_add" and d["step"] == "end",
+                what=f"hot-add self-check of {bdf} ends")
+        except RuntimeUnresponsive:
+            _raise_if_guest_pressed_power_off(runtime, bdf, after)
+            if time.monotonic() >= deadline:
+                raise RuntimeUnresponsive(
+                    f"runtime event procedure (hot-add self-check of {bdf} ends) did not arrive "
+                    f"within {timeout_s:.1f}s") from None
+
+
+def _raise_if_guest_pressed_power_off(runtime, bdf: str, after: int) -> None:
+    slots = {e["data"]["info"].get("slot") for e in runtime.events(after, "discovered")
+             if e["data"]["device"] == bdf}
+    presses = [e["data"] for e in runtime.events(after, "kernel")
+               if e["data"].get("kind") == "button_power_off" and e["data"].get("slot") in slots]
+    if presses:
+        raise InfrastructureError(
+            f"hot-add of {bdf}: the guest took QEMU's hot-plug attention button for a power-off "
+            f"request (pciehp handled the link-up first; kernel: {presses[0].get('line', '')!r}), so "
+            "the device left before the test removed it: the add is void, not a verdict")
 
 
 def wait_boot_self_checks(runtime, timeout_s: float = SETTLE_TIMEOUT_S) -> list[str]:
