@@ -26,7 +26,8 @@ from .device_table import Device, DeviceTable, log
 from .discovery import DiscoveryWatcher, PciChange, QueueChangeSource, UdevChangeSource
 from .health_watch import LATE_ERROR_LINE_NS, RECOVERY_GRACE_NS, HealthWatch
 from .inventory import DeviceGone, DeviceInfo, IdentityRegistry, describe
-from .kernel_log import KernelEvent, KernelLogFollower
+from .kernel_log import KernelLogFollower
+from .kernel_reaction import KernelLogReaction
 from .leases import LeaseError, LeaseTable
 from .lifecycle import IllegalTransition, TransitionTable
 from .own_resources import EpisodeLog, Inconclusive
@@ -45,7 +46,7 @@ SELF_CHECK_DEFER_S = 2.0  # a hot-add self-check waits at most this long for a s
 _log = logging.getLogger("hilconform.runtime")
 
 
-class Service(RequestMethods, HealthWatch, DeviceTable):
+class Service(RequestMethods, HealthWatch, KernelLogReaction, DeviceTable):
     def __init__(
         self,
         cfg: Config,
@@ -526,29 +527,6 @@ class Service(RequestMethods, HealthWatch, DeviceTable):
                         },
                     )
 
-    # == kernel log ======================================================================
-    def on_kernel_event(self, ev: KernelEvent) -> None:
-        with self._lock:
-            self.emit("kernel", ev.to_dict())
-            targets = [d for d in self.devices.values() if not d.gone and _kernel_event_concerns(ev, d)]
-            if ev.kind == "button_power_off":
-                for dev in targets:
-                    if dev.busy == "hot_remove" or dev.leaving:
-                        continue
-                    if dev.busy:
-                        dev.pending_removal = "attention_button"
-                    else:
-                        self._start_removal(dev, "attention_button")
-        if ev.kind == "aer_error" and targets:
-            if ev.severity in ("nonfatal", "fatal"):
-                with self._lock:
-                    for dev in targets:
-                        if not dev.gone:
-                            self._begin_recovery(
-                                dev, ev.received_ns or time.monotonic_ns(), "kernel_log", severity=ev.severity
-                            )
-            self._poll_aer([d.bdf for d in targets])
-
     # == periodic work ===================================================================
     def _tick(self) -> None:
         lease_s = self.cfg.lease_check_ms / 1000.0
@@ -585,15 +563,6 @@ def _change_source(cfg: Config):
     if cfg.uevent_source == "kernel":
         return KernelUeventSource()
     return UdevChangeSource(source="udev")
-
-
-def _kernel_event_concerns(ev: KernelEvent, dev: Device) -> bool:
-    """pciehp lines name the slot (and its port); AER lines the error source (device or port)."""
-    if ev.slot is not None:
-        return dev.info.slot == ev.slot and ev.port in (None, dev.port)
-    if ev.bdf is not None:
-        return ev.bdf in (dev.bdf, dev.port)
-    return ev.port is not None and ev.port in (dev.bdf, dev.port)
 
 
 __all__ = [
