@@ -1,10 +1,17 @@
-"""The runtime's core: devices, leases, events and the protocol methods, under one lock.
+"""The runtime's service: its threads, sessions and state, joined under one lock.
 
 Why one lock: state changes come from five threads (I/O, discovery, kernel
 log, ticker, procedure workers). Every state change and every event emission
 happens under ``self._lock``, so events leave in the order the state changed
 and no two threads can allocate one device. Anything that can block (drain,
 reset, power-off) runs on a worker without the lock (see procedures.py).
+
+Why mixins: ``Service`` owns the state and the threads (built here) and takes its
+behaviour, one idea a module, from the classes it inherits: the device state core
+(device_table.py), ``procedures.Host`` (procedure_host.py), arrivals (arrival.py),
+the health watch (health_watch.py), the kernel log's reaction (kernel_reaction.py)
+and the protocol's method table (request_methods.py). Every method stays an
+attribute of ``Service``, so a test or mutant patches ``Service.<method>``.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from .kernel_reaction import KernelLogReaction
 from .leases import LeaseError, LeaseTable
 from .lifecycle import IllegalTransition, TransitionTable
 from .own_resources import EpisodeLog, Inconclusive
+from .procedure_host import ProcedureHost
 from .protocol import ProtocolError
 from .request_methods import RUNTIME_VERSION, SENT, RequestMethods
 from .selector import Selector
@@ -45,7 +53,9 @@ HISTORY = 2048  # events kept for subscribe(since_seq=...)
 _log = logging.getLogger("hilconform.runtime")
 
 
-class Service(RequestMethods, HealthWatch, KernelLogReaction, DeviceArrival, DeviceTable):
+class Service(RequestMethods, HealthWatch, KernelLogReaction, DeviceArrival, ProcedureHost, DeviceTable):
+    """The runtime: builds its state, starts and stops its threads, answers its sessions."""
+
     def __init__(
         self,
         cfg: Config,
@@ -215,166 +225,6 @@ class Service(RequestMethods, HealthWatch, KernelLogReaction, DeviceArrival, Dev
         self.stats_counts["errors"] += 1
         session.send_reply(protocol.error(req_id, code, message, data))
 
-    # == devices =========================================================================
-    def _start(self, dev: Device, name: str, entry: str, work, on_done=None):
-        """Run a procedure on a worker thread; one procedure per device at a time (lock held)."""
-        dev.busy = name
-        run = procedures.Run(name, f"{name}-{next(self._runs)}", dev.bdf, entry, time.monotonic_ns())
-
-        def body() -> None:
-            result: Any = None
-            try:
-                result = work(run)
-            except Exception as exc:  # noqa: BLE001
-                self.stats_counts["internal_errors"] += 1
-                _log.error(f"{run.run_id} failed: {exc!r}\n{traceback.format_exc()}")
-                result = {"internal_error": f"{exc!r}"[:300]}
-                self.step(run, "end", "failed", error=result["internal_error"])
-            finally:
-                with self._lock:
-                    if dev.busy == name:
-                        dev.busy = None
-                    pending, dev.pending_removal = dev.pending_removal, None
-                    if pending and not dev.gone and self.devices.get(dev.bdf) is dev:
-                        self._start_removal(dev, pending)
-            if on_done:
-                on_done(result)
-
-        threading.Thread(target=body, name=run.run_id, daemon=True).start()
-        return run
-
-    def _start_removal(self, dev: Device, entry: str, on_done=None):
-        return self._start(
-            dev,
-            "hot_remove",
-            entry,
-            lambda run: procedures.hot_remove(self, run, dev.info, dev.hooks),
-            on_done,
-        )
-
-    # == procedure host (procedures.Host) ====================================================
-    def step(self, run: procedures.Run, step: str, status: str, **detail: Any) -> None:
-        data = {
-            "procedure": run.procedure,
-            "run": run.run_id,
-            "device": run.device,
-            "entry": run.entry,
-            "step": step,
-            "status": status,
-            "ts_ns": time.monotonic_ns(),
-            **detail,
-        }
-        self.emit("procedure", data, ts_ns=data["ts_ns"])
-        if step not in ("begin",):
-            log(
-                f"{run.device} {run.run_id} {step}: {status}"
-                + (f" ({detail.get('error')})" if detail.get("error") else "")
-            )
-
-    def set_resetting(self, bdf: str, resetting: bool) -> None:
-        with self._lock:
-            dev = self.devices.get(bdf)
-            if dev:
-                dev.resetting = resetting
-
-    def is_resetting(self, bdf: str) -> bool:
-        with self._lock:
-            dev = self.devices.get(bdf)
-            return bool(dev and dev.resetting)
-
-    def is_gone(self, bdf: str) -> bool:
-        with self._lock:
-            dev = self.devices.get(bdf)
-            return dev is None or dev.gone
-
-    def move_main(self, bdf: str, to: str, cause: str, checkpoint: dict) -> None:
-        with self._lock:
-            dev = self.devices.get(bdf)
-            if dev and not dev.gone and dev.states.main != to:
-                self._transition(dev, [dev.states.move("main", to, cause, checkpoint)])
-
-    def join_pool(self, bdf: str, cause: str, checkpoint: dict) -> bool:
-        self._redescribe(bdf)  # its driver is bound now: driver and class serial are readable
-        with self._lock:
-            dev = self.devices.get(bdf)
-            if dev is None or dev.gone or dev.states.health != "DISCOVERED":
-                return False
-            if not checkpoint["ok"]:
-                self._move_health(dev, "FAULTED", f"{cause}:checkpoint", checkpoint)
-                return False
-            dev.busy = None  # HEALTHY must mean allocatable at once
-            self._move_health(dev, "HEALTHY", cause, checkpoint)
-            if dev.pending_health:
-                self._apply_health(dev, dev.pending_health, "aer:during_self_check", checkpoint)
-                dev.pending_health = None
-            return dev.states.health == "HEALTHY"
-
-    def fault(self, bdf: str, cause: str, checkpoint: dict) -> None:
-        with self._lock:
-            dev = self.devices.get(bdf)
-            if dev and not dev.gone:
-                self._apply_health(dev, "FAULTED", cause, checkpoint)
-
-    def restore_health(self, bdf: str, cause: str, checkpoint: dict) -> bool:
-        with self._lock:
-            dev = self.devices.get(bdf)
-            if dev is None or dev.gone or dev.states.health not in ("DEGRADED", "FAULTED"):
-                return False
-            self._move_health(dev, "HEALTHY", cause, checkpoint)
-            dev.aer.clear()
-            return True
-
-    def inconclusive(self, run: procedures.Run, exc: Inconclusive) -> None:
-        """A procedure's check could not run: log it; a hot-add is tried again on the next poll."""
-        self.own_errors.inconclusive(exc, f"{run.device} {run.run_id}")
-        if run.procedure == "hot_add":
-            with self._lock:
-                dev = self.devices.get(run.device)
-                if dev is not None and not dev.gone and dev.states.health == "DISCOVERED":
-                    dev.hot_add_entry = run.entry
-
-    def isolate(self, bdf: str, cause: str) -> None:
-        with self._lock:
-            dev = self.devices.get(bdf)
-            if dev:
-                dev.isolated = True
-
-    def deallocate(self, bdf: str, reason: str) -> list[dict]:
-        with self._lock:
-            dev = self.devices.get(bdf)
-            return self._revoke(dev, reason) if dev else []
-
-    def topology_leave(self, bdf: str, cause: str) -> dict:
-        with self._lock:
-            dev = self.devices.get(bdf)
-            if dev is None:
-                return {"generation": self.generation, "note": "device already gone"}
-            dev.leaving = True
-            return self._topology(cause, left=bdf)
-
-    def finish_removal(self, bdf: str, cause: str) -> None:
-        with self._lock:
-            dev = self.devices.pop(bdf, None)
-            if dev is None:
-                return
-            dev.gone = True
-            self._revoke(dev, cause, to_released=False)  # ALLOCATED -> REMOVED: it is gone
-            self._move_health(dev, "REMOVED", cause, {"name": "removal", "ok": True})
-            self.emit("removed", {"device": bdf, "cause": cause, "fingerprint": dev.info.fingerprint})
-            if not dev.leaving:
-                self._topology(cause, left=bdf)
-            # The slot keeps the identity of what left it, however it left (orderly or not):
-            # another unit there later is flagged (DISC-05), the same unit back is not.
-            for src in (bdf,) + ((dev.port,) if dev.port and dev.port not in self._known_sources() else ()):
-                self._counter.forget(src)
-
-    def record_reset(self, bdf: str, outcome: dict) -> None:
-        with self._lock:
-            dev = self.devices.get(bdf)
-            if dev:
-                dev.aer.note_reset(time.monotonic_ns())
-            self.emit("reset", {"device": bdf, **outcome})
-
     # == periodic work ===================================================================
     def _tick(self) -> None:
         lease_s = self.cfg.lease_check_ms / 1000.0
@@ -407,10 +257,11 @@ __all__ = [
     "Service",
     "Device",
     "IllegalTransition",
-    "log",
+    "HISTORY",
     "RUNTIME_VERSION",
     "SENT",
-    "LATE_ERROR_LINE_NS",
     "RECOVERY_GRACE_NS",
+    "LATE_ERROR_LINE_NS",
     "SELF_CHECK_DEFER_S",
+    "log",
 ]
