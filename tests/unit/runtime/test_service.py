@@ -20,7 +20,7 @@ from fakesysfs import ConfigBuilder, FakeSysfs, mem_bar, nvme_config, root_port_
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hilconform.runtime import protocol
+from hilconform.runtime import health_watch, protocol
 from hilconform.runtime import service as service_module
 from hilconform.runtime.config import ConfigError, load
 from hilconform.runtime.discovery import QueueChangeSource
@@ -395,7 +395,7 @@ def test_a_failed_recovery_with_no_beginning_still_faults(harness):
 
 
 def test_a_window_nobody_closes_is_closed_by_the_health_poll_after_its_grace(harness, monkeypatch):
-    monkeypatch.setattr(service_module, "RECOVERY_GRACE_NS", 200_000_000)
+    monkeypatch.setattr(health_watch, "RECOVERY_GRACE_NS", 200_000_000)  # read by health_poll
     c = healthy_nvme(harness, aer={"nonfatal_recovered": "HEALTHY"})
     kernel_line(harness, f"Uncorrected (Non-Fatal) error message received from {Harness.PORT}")
     assert c.call("allocate", {"device": Harness.NVME})["error"]["code"] == protocol.NOT_HEALTHY
