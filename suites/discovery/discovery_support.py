@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from hilconform.emulators.errors import InfrastructureError
+from hilconform.fixtures.errors import InfrastructureError
 
 COLD_DISCOVERY_TIMEOUT_S = 60.0
 DISCOVERED_TIMEOUT_S = 20.0
