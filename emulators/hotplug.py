@@ -9,32 +9,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 
 from .errors import FaultError, InfrastructureError
+from .hotplug_records import HotAdd, Removal
 from .pci_inventory import function_below, query_pci
 from .qemu_command import nbd_blockdev, queue_node, stand_in_device
+from .vfio_user.hot_add import hot_add_model
 
 REMOVAL_TIMEOUT_S = {"native": 20.0, "acpi": 10.0}
-
-
-@dataclass(frozen=True)
-class HotAdd:
-    slot: str
-    device_id: str
-    bdf: str  # where the guest will find it
-    returned_ns: int  # host monotonic time when device_add returned
-
-
-@dataclass(frozen=True)
-class Removal:
-    device_id: str
-    requested_ns: int
-    deleted_ns: int  # DEVICE_DELETED as received on the host
-
-    @property
-    def duration_s(self) -> float:
-        return (self.deleted_ns - self.requested_ns) / 1e9
 
 
 def hot_add(vm, slot_name: str, kind_name: str | None = None,
@@ -45,7 +27,6 @@ def hot_add(vm, slot_name: str, kind_name: str | None = None,
     slot = vm.profile.slot(slot_name)
     kind = vm.profile.kind(kind_name or slot.accepts)
     if kind.model:  # a device model: its vfio-user server must listen before device_add
-        from .vfio_user.hot_add import hot_add_model  # (it imports this module)
         if kind.name != slot.accepts:
             raise FaultError(f"hot-add: slot {slot_name} accepts {slot.accepts}; a model is served "
                              f"only where the profile puts it (not {kind.name})")

@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hilconform.emulators.errors import ProfileError
-from hilconform.emulators.profile import load_profile
+from hilconform.fixtures.errors import ProfileError
+from hilconform.fixtures.host_spec import HostSpecError, parse_host_spec, serves_device_models
 
 from . import allure_files, certificate, html_report
 from .run_folder import RunFolder
@@ -88,8 +88,8 @@ def _serves_models(host: str) -> bool:
     """Whether an emulated host's profile puts device models in its slots (an unknown name: False,
     and the collect step reports it). Reads the profile's TOML only."""
     try:
-        return load_profile(host.partition(":")[2]).uses_models
-    except ProfileError:
+        return serves_device_models(parse_host_spec(host))
+    except (HostSpecError, ProfileError):
         return False
 
 

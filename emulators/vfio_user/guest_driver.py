@@ -13,41 +13,19 @@ cold-plugged model has its driver (a card left unbound is a broken test bed, not
 from __future__ import annotations
 
 import json
-import tomllib
-from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from pathlib import Path
 
 from ..errors import InfrastructureError
 from ..pci_inventory import function_below, query_pci
+from .driver_table import GuestDriver, guest_drivers, iommu
+from .model import load_model
 
 SHARE_FILE = "guest-drivers"  # in the VM's run share, read by vm-images/guest-drivers.sh
 CHECK_TIMEOUT_S = 20.0
 
 
-@dataclass(frozen=True)
-class GuestDriver:
-    name: str
-    modules: tuple[tuple[str, ...], ...]  # (module, option, ...) in load order
-    needs_iommu: bool
-
-
-@cache
-def _table() -> dict:
-    return tomllib.loads(resources.files(__package__).joinpath("guest_drivers.toml").read_text())
-
-
-def guest_drivers() -> dict[str, GuestDriver]:
-    """The drivers a model may name, by name."""
-    return {name: GuestDriver(name, tuple(tuple(m) for m in raw["modules"]), bool(raw["needs_iommu"]))
-            for name, raw in _table()["drivers"].items()}
-
-
 def drivers_by_ids(profile) -> dict[str, GuestDriver]:
     """"vvvv:dddd" → driver, for every model the profile cold-plugs or accepts that names one."""
-    from .model import load_model  # (model.py imports this module to check its field)
-
     out: dict[str, GuestDriver] = {}
     for slot in profile.slots:
         for kind_name in (slot.device, slot.accepts):
@@ -85,15 +63,15 @@ def with_iommu(argv: list[str], profile) -> list[str]:
     arguments, when a driver the guest binds needs one; else argv unchanged."""
     if not any(d.needs_iommu for d in drivers_by_ids(profile).values()):
         return argv
-    iommu = _table()["iommu"]
+    table = iommu()
     out = list(argv)
     try:
         append = out.index("-append") + 1
         first_device = out.index("-device")
     except ValueError:
         raise InfrastructureError("guest driver: QEMU's argv has no -append or no -device") from None
-    out[append] = " ".join([out[append], *iommu["kernel_args"]])
-    out[first_device:first_device] = ["-device", json.dumps(iommu["device"], separators=(",", ":"))]
+    out[append] = " ".join([out[append], *table["kernel_args"]])
+    out[first_device:first_device] = ["-device", json.dumps(table["device"], separators=(",", ":"))]
     return out
 
 

@@ -16,7 +16,7 @@ import json
 import time
 
 from ..errors import FaultError, InfrastructureError
-from ..hotplug import HotAdd
+from ..hotplug_records import HotAdd
 from ..pci_inventory import function_below, query_pci
 from ..qemu_command import model_socket, stand_in_device
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import InfrastructureError
 from ..toml_file import read_toml
-from .guest_driver import guest_drivers
+from .driver_table import guest_drivers
 
 MODEL_DIR = Path(__file__).resolve().parent.parent / "models"
 BAR_KINDS = ("mem32", "mem64")

@@ -31,7 +31,7 @@ from aer_support import (
     wait_recovery_outcome,
 )
 
-from hilconform.emulators.errors import InfrastructureError
+from hilconform.fixtures.errors import InfrastructureError
 from hilconform.fixtures.guest_kernel_log import kernel_log_lines, kernel_recovery_window
 
 # The recorded duration of the kernel's recovery must span it as the kernel logs it (error line to

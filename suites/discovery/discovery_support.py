@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from hilconform.emulators.errors import InfrastructureError
+from hilconform.fixtures.errors import InfrastructureError
 from hilconform.fixtures.runtime_client import RuntimeUnresponsive
 
 COLD_DISCOVERY_TIMEOUT_S = 60.0

@@ -48,7 +48,7 @@ from discovery_support import (
     wait_settled,
 )
 
-from hilconform.emulators.errors import InfrastructureError
+from hilconform.fixtures.errors import InfrastructureError
 
 pytestmark = [pytest.mark.clause("DISC-04"), pytest.mark.destructive, pytest.mark.slow]
 

@@ -25,7 +25,7 @@ from discovery_support import (
     wait_settled,
 )
 
-from hilconform.emulators.errors import InfrastructureError
+from hilconform.fixtures.errors import InfrastructureError
 
 pytestmark = pytest.mark.clause("DISC-05")
 

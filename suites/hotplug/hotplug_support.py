@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from hilconform.emulators.errors import InfrastructureError, WaitTimeout
-from hilconform.emulators.pci_inventory import query_pci
-from hilconform.emulators.workload import slot_device
+from hilconform.fixtures.errors import InfrastructureError, WaitTimeout
 from hilconform.fixtures.runtime_client import RuntimeCallError
 
 HOT_ADD_END_TIMEOUT_S = 30.0  # device_add -> self-check end: ~0.5-2 s on TCG, steps retry up to 3 s each
@@ -71,7 +69,7 @@ def expected_managed(host) -> set[str]:
     profile = host.profile
     ids = {i.lower() for i in profile.select_ids}
     out = set()
-    for fn in query_pci(host.vm.qmp):
+    for fn in host.ground_truth():
         if fn.secondary_bus is not None:
             continue  # a bridge / root port
         klass = f"{fn.class_code:04x}"
@@ -194,7 +192,7 @@ def wait_device_deleted(host, qmp_mark: int, device_id: str,
 
 def ensure_slot_empty(host, slot_name: str) -> None:
     """Clean-up for the shared host: take out whatever a failed test left in the slot."""
-    device = slot_device(host.vm, slot_name)
+    device = host.slot_device(slot_name)
     if device is not None and device.qdev_id:
         host.remove(device.qdev_id)
 

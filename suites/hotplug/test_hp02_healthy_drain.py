@@ -39,16 +39,14 @@ from hotplug_support import (
     wait_procedure_end,
 )
 
-from hilconform.emulators.profile import load_profile
-
 pytestmark = [pytest.mark.clause("HP-02"), pytest.mark.destructive]
 
 DEVICES = 3  # removals per run (each one sample of the drain time)
 ANSWER_AFTER_S = 0.12  # the held read completes this long after stall_queue returns
 
 
-def test_healthy_queue_drains_without_reset(host_factory, host_spec, measurements):
-    skip_without_queue_slot(load_profile(host_spec.name))
+def test_healthy_queue_drains_without_reset(host_factory, measurements):
+    skip_without_queue_slot(host_factory.profile)
     host = host_factory.start()
     slots = [s for s in host.profile.slots
              if s.populated and "queue-stall" in host.faults.slot_capabilities(s.name)][:DEVICES]

@@ -35,16 +35,14 @@ from hotplug_support import (
     wait_procedure_end,
 )
 
-from hilconform.emulators.profile import load_profile
-
 pytestmark = [pytest.mark.clause("HP-03"), pytest.mark.destructive]
 
 HARDWARE_ANSWERS_AFTER_S = 3.0
 RESET_OUTCOMES = ("ok", "error", "unsupported", "timeout")
 
 
-def test_stuck_queue_drain_times_out_and_resets(host_factory, host_spec, measurements):
-    skip_without_queue_slot(load_profile(host_spec.name))
+def test_stuck_queue_drain_times_out_and_resets(host_factory, measurements):
+    skip_without_queue_slot(host_factory.profile)
     host = host_factory.start()
     slot = queue_slot(host)
     host.require("queue-stall", slot.name)

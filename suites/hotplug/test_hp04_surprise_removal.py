@@ -39,8 +39,7 @@ from hotplug_support import (
     wait_settled,
 )
 
-from hilconform.emulators.errors import InfrastructureError
-from hilconform.emulators.workload import slot_device
+from hilconform.fixtures.errors import InfrastructureError
 from hilconform.fixtures.runtime_client import RuntimeCallError
 
 pytestmark = [pytest.mark.clause("HP-04"), pytest.mark.destructive]
@@ -57,7 +56,7 @@ def test_surprise_removal_revokes_and_keeps_serving(host_factory):
     if host.profile.kind(slot.device).queue == "nbd":
         host.workload.start_reads(slot.name)  # work in flight when it goes (nvme stand-ins)
 
-    device_id = slot_device(host.vm, slot.name).qdev_id
+    device_id = host.slot_device(slot.name).qdev_id
     mark = subscribe(runtime)
     qmp_mark = host.vm.qmp.mark()
     pull_slot_power(host, bdf)

@@ -33,8 +33,6 @@ from hotplug_support import (
     wait_device_deleted,
 )
 
-from hilconform.emulators.profile import load_profile
-from hilconform.emulators.runtime_config import runtime_config_for
 from hilconform.fixtures.runtime_client import RuntimeCallError
 
 pytestmark = pytest.mark.clause("HP-05")
@@ -73,9 +71,8 @@ def test_orderly_add_steps_in_order(host):
         ensure_slot_empty(host, slot.name)
 
 
-def mismatching_firmware_config(profile, ids: str, version: str) -> str:
-    """The profile's runtime config with the expected firmware of `ids` set to `version`."""
-    text = runtime_config_for(profile)
+def mismatching_firmware_config(text: str, ids: str, version: str) -> str:
+    """A runtime config (the profile's) with the expected firmware of `ids` set to `version`."""
     lines = text.splitlines()
     start = lines.index("[firmware]")
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("[")), len(lines))
@@ -86,14 +83,14 @@ def mismatching_firmware_config(profile, ids: str, version: str) -> str:
 
 
 @pytest.mark.destructive
-def test_failing_firmware_step_keeps_device_out(host_factory, host_spec):
-    profile = load_profile(host_spec.name)
+def test_failing_firmware_step_keeps_device_out(host_factory):
+    profile = host_factory.profile
     slot = next((s for s in profile.slots if not s.populated), None)
     if slot is None:
         pytest.skip(f"profile {profile.name} has no empty hot-plug slot")
     kind = profile.kind(slot.accepts)
     ids = f"{kind.vendor}:{kind.device}"
-    config = mismatching_firmware_config(profile, ids, WRONG_FIRMWARE)
+    config = mismatching_firmware_config(host_factory.runtime_config(), ids, WRONG_FIRMWARE)
     host = host_factory.start(runtime_config=config)
     runtime = host.runtime
     host.settled_inventory()

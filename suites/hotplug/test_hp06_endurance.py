@@ -36,7 +36,7 @@ from hotplug_support import (
     wait_device_deleted,
 )
 
-from hilconform.emulators.errors import InfrastructureError
+from hilconform.fixtures.errors import InfrastructureError
 
 pytestmark = [pytest.mark.clause("HP-06"), pytest.mark.destructive, pytest.mark.slow]
 

@@ -20,9 +20,7 @@ from typing import Any
 import pytest
 from transition_checker import TransitionChecker
 
-from hilconform.emulators.errors import InfrastructureError
-from hilconform.emulators.profile import DeviceKind, HostProfile, load_profile
-from hilconform.emulators.runtime_config import runtime_config_for
+from hilconform.fixtures.errors import InfrastructureError
 from hilconform.fixtures.runtime_client import RuntimeCallError, RuntimeUnresponsive
 
 SETTLE_TIMEOUT_S = 60.0  # boot self-checks of every device (TCG, a loaded machine)
@@ -233,16 +231,16 @@ def empty_slots(host) -> list[str]:
     return [s.name for s in host.profile.slots if s.name not in occupied]
 
 
-def kind_ids(kind: DeviceKind) -> str:
+def kind_ids(kind) -> str:
     return f"{kind.vendor}:{kind.device}"
 
 
-def boot_ids(profile: HostProfile) -> set[str]:
+def boot_ids(profile) -> set[str]:
     """IDs of the stand-ins the profile cold-plugs."""
     return {kind_ids(profile.kind(s.device)) for s in profile.slots if s.populated}
 
 
-def foreign_kind(profile: HostProfile) -> DeviceKind | None:
+def foreign_kind(profile):
     """A stand-in kind without a queue backend (hot-addable into any slot) that no boot
     device is: a firmware rule on its IDs fails a hot-added device and no other."""
     for name in sorted(profile.kinds):
@@ -265,7 +263,7 @@ class FailingAdd:
     the host's own config (so it shares its IDs with the healthy boot devices).
     """
 
-    kind: DeviceKind
+    kind: Any  # a profile's device kind (profile.kind(name))
     config: dict
 
     @property
@@ -279,7 +277,7 @@ class FailingAdd:
         return host.hot_add(slot, kind=self.kind.name).bdf
 
 
-def failing_add(profile: HostProfile) -> FailingAdd | None:
+def failing_add(profile) -> FailingAdd | None:
     """The profile's way to hot-add a device that fails its self-check (None: it has none)."""
     accepts = [profile.kind(s.accepts) for s in profile.slots if not s.populated]
     if accepts and all(k.model for k in accepts):
@@ -288,7 +286,7 @@ def failing_add(profile: HostProfile) -> FailingAdd | None:
     return None if kind is None else FailingAdd(kind, firmware_mismatch(kind_ids(kind)))
 
 
-def selects(profile: HostProfile, kind: DeviceKind) -> bool:
+def selects(profile, kind) -> bool:
     """Whether the profile's runtime selection manages devices of this kind (by IDs or class)."""
     ids = {i.lower() for i in profile.select_ids}
     return (kind_ids(kind) in ids or f"{kind.vendor}:*" in ids
@@ -317,10 +315,10 @@ def require_empty_slot(host) -> list[str]:
 
 # -- runtime configurations -----------------------------------------------------------------------
 
-def runtime_config(profile_name: str, changes: dict) -> str:
-    """The runtime TOML an emulated host would get for the profile, with `changes`
+def runtime_config(host_factory, changes: dict) -> str:
+    """The runtime TOML the factory's emulated hosts would get for their profile, with `changes`
     deep-merged in (e.g. {"aer": {"fault_weight": 4.0}, "firmware": {"1234:11e8": "9.9"}})."""
-    base = tomllib.loads(runtime_config_for(load_profile(profile_name)))
+    base = tomllib.loads(host_factory.runtime_config())
     merged = _merge(base, changes)
     text = "# LIFE suite: the profile's runtime config with changes " + json.dumps(changes) + "\n"
     text += _dump_toml(merged)

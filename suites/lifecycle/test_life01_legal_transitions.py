@@ -36,8 +36,6 @@ from lifecycle_support import (
     wait_state,
 )
 
-from hilconform.emulators.profile import load_profile
-
 pytestmark = [pytest.mark.clause("LIFE-01"), pytest.mark.destructive, pytest.mark.slow]
 
 # DEGRADED by policy after any recovered error; thresholds out of reach (LIFE-05 checks them).
@@ -56,10 +54,10 @@ FAILED_ADD_MOVES = {("DISCOVERED", "FAULTED"), ("FAULTED", "REMOVED")}
 
 
 def test_every_transition_of_a_mixed_workload_is_legal_and_complete(host_factory, request):
-    profile = load_profile(host_factory.spec.name)
+    profile = host_factory.profile
     failing = failing_add(profile)
     changes = {**AER_POLICY, **(failing.config if failing else {})}
-    host = host_factory.start(runtime_config=runtime_config(profile.name, changes))
+    host = host_factory.start(runtime_config=runtime_config(host_factory, changes))
     runtime = host.runtime
     checker, mark = subscribe_from_start(runtime)
     boot = [d["device"] for d in settled_inventory(runtime)["devices"]]

@@ -45,8 +45,6 @@ from lifecycle_support import (
     wait_procedure_end,
 )
 
-from hilconform.emulators.profile import load_profile
-
 pytestmark = [pytest.mark.clause("LIFE-02"), pytest.mark.destructive]
 
 SELF_CHECK_STEPS = ("link_active", "firmware", "mmio", "interrupts")
@@ -106,7 +104,7 @@ def test_hot_added_device_joins_the_pool_after_its_self_check(host):
 
 
 def test_device_failing_its_self_check_stays_out_of_the_pool(host_factory):
-    profile = load_profile(host_factory.spec.name)
+    profile = host_factory.profile
     if all(s.populated for s in profile.slots):
         pytest.skip(f"profile {profile.name} has no empty hot-plug slot")
     failing_model = failing_add(profile)  # model hosts: a model armed with MISMATCHED_FIRMWARE
@@ -119,8 +117,7 @@ def test_device_failing_its_self_check_stays_out_of_the_pool(host_factory):
         if not selects(profile, profile.kind(FAILING_KIND)):
             pytest.skip(f"profile {profile.name} does not select {FAILING_KIND} ({ids}): the runtime "
                         "would ignore the failing device")
-        host = host_factory.start(runtime_config=runtime_config(host_factory.spec.name,
-                                                                firmware_mismatch(ids)))
+        host = host_factory.start(runtime_config=runtime_config(host_factory, firmware_mismatch(ids)))
     runtime = host.runtime
     checker, mark = subscribe_live(runtime)
     boot = settled_inventory(runtime)["devices"]

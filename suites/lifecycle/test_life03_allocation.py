@@ -47,8 +47,7 @@ from lifecycle_support import (
     wait_until,
 )
 
-from hilconform.emulators.errors import InfrastructureError
-from hilconform.emulators.profile import load_profile
+from hilconform.fixtures.errors import InfrastructureError
 from hilconform.fixtures.guest_kernel_log import (
     kernel_log_lines,
     kernel_minus_monotonic_ns,
@@ -189,14 +188,14 @@ DEGRADING_POLICY = {"aer": {"nonfatal_recovered": "DEGRADED", "degrade_weight": 
 
 @pytest.mark.destructive
 def test_allocating_a_device_that_is_not_healthy_is_refused(host_factory):
-    profile = load_profile(host_factory.spec.name)
+    profile = host_factory.profile
     failing = failing_add(profile)
     if failing is None:
         why = ("it has no empty hot-plug slot" if all(sl.populated for sl in profile.slots)
                else "every stand-in kind is a boot device's")
         pytest.skip(f"profile {profile.name}: no device can be made to fail its self-check alone: {why}")
     changes = {**DEGRADING_POLICY, **failing.config}
-    host = host_factory.start(runtime_config=runtime_config(profile.name, changes))
+    host = host_factory.start(runtime_config=runtime_config(host_factory, changes))
     runtime = host.runtime
     checker, mark = subscribe_live(runtime)
     boot = settled_inventory(runtime)["devices"]

@@ -35,7 +35,7 @@ from lifecycle_support import (
     wait_state,
 )
 
-from hilconform.emulators.errors import InfrastructureError
+from hilconform.fixtures.errors import InfrastructureError
 from hilconform.fixtures.runtime_client import RuntimeUnresponsive
 
 pytestmark = pytest.mark.clause("LIFE-04")

@@ -48,7 +48,7 @@ DEGRADING_POLICY = {**STEADY_AER, "nonfatal_recovered": "DEGRADED", "degrade_wei
 
 
 def _start(host_factory, aer: dict):
-    host = host_factory.start(runtime_config=runtime_config(host_factory.spec.name, {"aer": aer}))
+    host = host_factory.start(runtime_config=runtime_config(host_factory, {"aer": aer}))
     runtime = host.runtime
     reported = runtime.hello["config"]["aer"]
     assert {k: reported.get(k) for k in aer} == aer, f"the runtime runs AER policy {reported}, not {aer}"

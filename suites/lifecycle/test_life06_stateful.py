@@ -60,7 +60,7 @@ from lifecycle_support import (
     subscribe_from_start,
 )
 
-from hilconform.emulators.errors import InfrastructureError
+from hilconform.fixtures.errors import InfrastructureError
 from hilconform.fixtures.runtime_client import RuntimeCallError
 
 pytestmark = [pytest.mark.clause("LIFE-06"), pytest.mark.destructive, pytest.mark.slow]

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 import pytest
 from real_support import GENERATION_OF_GTS
 
-from hilconform.emulators.errors import InfrastructureError
-from hilconform.emulators.profile import load_profile
+from hilconform.fixtures.errors import InfrastructureError
 from hilconform.fixtures.real_profile import LinkMinimum, profiles_matching
 
 LINK_ATTRS = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
@@ -28,13 +27,14 @@ class ManagedModel:
     ids: str  # "vvvv:dddd", the real card's
 
 
-def require_model_host(host_spec) -> None:
+def require_model_host(host_factory) -> None:
     """Skip, with the reason and before any VM starts, a real host (REAL-01's own test covers it)
     and an emulated host whose profile puts no device model in a slot."""
+    host_spec = host_factory.spec
     if host_spec.is_real:
         pytest.skip(f"--host {host_spec} is a real host: its links are checked by test_real01_link.py; "
                     "this is the twin for emulated device-model hosts")
-    profile = load_profile(host_spec.name)
+    profile = host_factory.profile
     if not any(s.populated and profile.kind(s.device).model for s in profile.slots):
         pytest.skip(f"host {host_spec} has no device models: its stock stand-ins (QEMU's nvme/edu) always "
                     "train 2.5 GT/s x1 whatever the slot, so there is no card link to check (the twin "

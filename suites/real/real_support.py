@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hilconform.emulators.errors import InfrastructureError
+from hilconform.fixtures.errors import InfrastructureError
 
 LINK_SEVERITY = tomllib.loads(Path(__file__).with_name("real01_link_severity.toml").read_text())
 # sysfs current_link_speed "8.0 GT/s PCIe" -> PCIe generation

@@ -22,13 +22,13 @@ import pytest
 from model_link_support import below, guest_link_record, managed_models, real_minimum, require_model_host
 from real_support import failing, gts, link_disagreement, link_findings, width
 
-from hilconform.emulators.errors import InfrastructureError
+from hilconform.fixtures.errors import InfrastructureError
 
 pytestmark = pytest.mark.clause("REAL-01")
 
 
-def test_model_links_meet_the_real_cards_minimum(host_spec, request):
-    require_model_host(host_spec)
+def test_model_links_meet_the_real_cards_minimum(host_factory, request):
+    require_model_host(host_factory)
     host = request.getfixturevalue("host")
     models = managed_models(host)
     inventory = {d["device"]: d for d in host.settled_inventory()["devices"]}
@@ -50,8 +50,8 @@ def test_model_links_meet_the_real_cards_minimum(host_spec, request):
 
 
 @pytest.mark.destructive
-def test_model_link_below_the_minimum_is_a_major_finding(host_spec, request):
-    require_model_host(host_spec)
+def test_model_link_below_the_minimum_is_a_major_finding(host_factory, request):
+    require_model_host(host_factory)
     host = request.getfixturevalue("host")
     models = managed_models(host)
     degraded, others = models[0], models[1:]

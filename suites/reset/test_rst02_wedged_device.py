@@ -31,8 +31,6 @@ from reset_support import (
     subscribe,
 )
 
-from hilconform.emulators.profile import load_profile
-
 RESET_TIMEOUT_MS = 1000
 RESUME_AFTER_S = 4.0
 
@@ -40,9 +38,8 @@ RESUME_AFTER_S = 4.0
 @pytest.mark.clause("RST-02")
 @pytest.mark.destructive
 @pytest.mark.slow
-def test_rst02_wedged_device_reset_on_drain_timeout_faulted_over_budget(host_factory, host_spec,
-                                                                        measurements):
-    profile = load_profile(host_spec.name)
+def test_rst02_wedged_device_reset_on_drain_timeout_faulted_over_budget(host_factory, measurements):
+    profile = host_factory.profile
     if not any(s.populated and (profile.kind(s.device).queue == "nbd" or profile.kind(s.device).model)
                for s in profile.slots):
         pytest.skip(f"profile {profile.name}: no device whose reset can be held up (an nvme stand-in "

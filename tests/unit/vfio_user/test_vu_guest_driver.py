@@ -12,7 +12,7 @@ import pytest
 
 from hilconform.emulators.errors import InfrastructureError
 from hilconform.emulators.profile import available_profiles, load_profile
-from hilconform.emulators.vfio_user import guest_driver
+from hilconform.emulators.vfio_user import driver_table, guest_driver
 from hilconform.emulators.vfio_user.model import MODEL_DIR, ModelError, load_model
 
 SCRIPT = Path(__file__).resolve().parents[3] / "vm-images" / "guest-drivers.sh"
@@ -31,7 +31,7 @@ def _profile(models: bool):
 def test_shipped_models_name_vfio_pci():
     for name in ("a100-sxm4", "t4", "alveo-u250"):
         assert load_model(name).guest_driver == "vfio-pci"
-    driver = guest_driver.guest_drivers()["vfio-pci"]
+    driver = driver_table.guest_drivers()["vfio-pci"]
     assert driver.needs_iommu and driver.modules[0] == ("vfio",)
     assert ("vfio-pci", "disable_idle_d3=1") in driver.modules
 
