@@ -80,7 +80,7 @@ class BlockHooks(ClassHooks):
 
 
 class NvmeHooks(BlockHooks):
-    """NVMe controller: queue = in-flight requests of its namespaces,
+    """NVMe controller: queue = in-flight requests of its namespaces and their other openers,
     firmware = nvme/nvmeN/firmware_rev.
 
     The queue depth is 0 (not None) while no namespace is visible: nothing
@@ -90,7 +90,37 @@ class NvmeHooks(BlockHooks):
     name = "nvme"
 
     def queue_depth(self, sysfs: Sysfs, bdf: str) -> int | None:
-        return super().queue_depth(sysfs, bdf) or 0
+        """In-flight requests of its namespaces, plus one per open file of a namespace held by
+        another process: a reader between two requests (udev's blkid probe after a change
+        uevent reads block after block) submits the next one a moment later, and a request
+        submitted once bus mastering is off is lost until the driver's 30 s timeout."""
+        return (super().queue_depth(sysfs, bdf) or 0) + self._namespace_openers(sysfs, bdf)
+
+    def _namespace_openers(self, sysfs: Sysfs, bdf: str) -> int:
+        names = {p.rsplit("/", 1)[-1] for p in sysfs.glob(*PCI_DEVICES, bdf, "nvme", "nvme*", "nvme*n*")}
+        if not names:
+            return 0
+        proc = sysfs.path("proc")
+        try:
+            pids = [p for p in os.listdir(proc) if p.isdigit() and p != str(os.getpid())]
+        except OSError:
+            return 0
+        openers = 0
+        for pid in pids:
+            fd_dir = os.path.join(proc, pid, "fd")
+            try:
+                fds = os.listdir(fd_dir)
+            except OSError:  # gone, or not ours to look at
+                continue
+            for fd in fds:
+                try:
+                    target = os.readlink(os.path.join(fd_dir, fd))
+                except OSError:
+                    continue
+                node = target[len("/dev/"):] if target.startswith("/dev/") else None
+                if node and any(node == n or node.startswith(n + "p") for n in names):
+                    openers += 1
+        return openers
 
     def interrupts_ready(self, sysfs: Sysfs, bdf: str, info: DeviceInfo) -> bool:
         """As every class, and the node done setting the controller up: the controller `live`

@@ -41,6 +41,26 @@ def test_nvme_queue_depth_sums_inflight(fake):
     assert hooks.queue_depth(fake.sysfs, NVME) == 3
 
 
+def test_a_process_holding_a_namespace_open_counts_in_the_queue(fake, tmp_path):
+    """udev's blkid reads a new namespace block after block: between two reads nothing is in
+    flight, yet the next read comes; its open file keeps the queue from reading empty."""
+    info = _nvme(fake, driver="nvme", nvme_inflight=(0, 0), nvme_serial="S", nvme_firmware="1.0")
+    hooks = hooks_for(info)
+    controller = tmp_path / "sys" / "bus" / "pci" / "devices" / NVME / "nvme"
+    namespace = next(controller.glob("nvme*/nvme*n*")).name
+    fds = tmp_path / "proc" / "4242" / "fd"
+    fds.mkdir(parents=True)
+    (fds / "0").symlink_to("/dev/null")
+    (tmp_path / "proc" / "self").mkdir()  # not a pid
+    assert hooks.queue_depth(fake.sysfs, NVME) == 0
+    (fds / "3").symlink_to(f"/dev/{namespace}")
+    assert hooks.queue_depth(fake.sysfs, NVME) == 1
+    (fds / "4").symlink_to(f"/dev/{namespace}p1")  # a partition of it
+    (fds / "5").symlink_to(f"/dev/{namespace}0")  # another namespace (nvme0n10), not this one
+    fake.set_inflight(NVME, 1, 0)
+    assert hooks.queue_depth(fake.sysfs, NVME) == 3
+
+
 def test_nvme_without_namespace_has_empty_queue(fake):
     info = _nvme(fake)
     assert hooks_for(info).queue_depth(fake.sysfs, NVME) == 0
