@@ -89,3 +89,23 @@ def test_a_real_hosts_aer_injection_keeps_the_severity_apart(tmp_path):
         lab.aer_nonfatal("0000:3b:00.0", "DLP")
     with pytest.raises(ValueError, match="not a fatal error"):
         lab.aer_fatal("0000:3b:00.0", "UNSUP")
+
+
+def test_an_emulated_restart_with_overrides_rewrites_the_guests_config(tmp_path):
+    from hilconform.emulators.errors import InfrastructureError
+    from hilconform.emulators.runtime_config import runtime_config_for
+
+    host = emulated("a100-stock")
+    scripts = []
+    host.vm.layout = SimpleNamespace(guest_share=tmp_path)
+    host.vm.runtime_config = runtime_config_for(host.profile)
+    host.vm.agent = SimpleNamespace(
+        shell=lambda script, timeout_s: scripts.append(script) or SimpleNamespace(exit_code=0, stderr="")
+    )
+    host.restart_runtime({"lease_ttl_s": 2.0})
+    host.restart_runtime({"lease_ttl_s": 3.0})  # a second change starts again from the profile's config
+    assert (tmp_path / "runtime.toml").read_text() == runtime_config_for(host.profile, {"lease_ttl_s": 3.0})
+    assert len(scripts) == 2
+    host.vm.runtime_config = "name = 'a config of its own'\n"
+    with pytest.raises(InfrastructureError, match="runtime config of its own"):
+        host.restart_runtime({"lease_ttl_s": 2.0})
