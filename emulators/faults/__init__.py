@@ -28,7 +28,15 @@ from collections.abc import Callable
 
 from ..errors import FaultError
 from .aer import CORRECTABLE_ERRORS, FATAL_ERRORS, NONFATAL_ERRORS, AerFaults
-from .base import ALL_CAPABILITIES, MODEL_CAPABILITIES, QUEUE_CAPABILITIES, FaultRecord, Target
+from .base import (
+    ALL_CAPABILITIES,
+    MODEL_CAPABILITIES,
+    QUEUE_CAPABILITIES,
+    FaultRecord,
+    Target,
+    profile_capabilities,
+    slot_capabilities,
+)
 from .config import ConfigFaults
 from .hotplug import HotplugFaults
 from .model import ModelFaults
@@ -37,6 +45,7 @@ from .queue import QueueFaults, QueueStall
 __all__ = [
     "ALL_CAPABILITIES", "CORRECTABLE_ERRORS", "FATAL_ERRORS", "MODEL_CAPABILITIES", "NONFATAL_ERRORS",
     "QUEUE_CAPABILITIES", "FaultError", "FaultInjector", "FaultRecord", "QueueStall", "Target",
+    "profile_capabilities", "slot_capabilities",
 ]
 
 

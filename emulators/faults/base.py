@@ -11,16 +11,17 @@ from dataclasses import dataclass, field
 
 from ..errors import FaultError, QmpError
 from ..pci_inventory import PciFunction, query_pci
-from ..profile import DeviceKind, Slot
+from ..profile import DeviceKind, HostProfile, Slot
 from ..workload import Workload
 
-QUEUE_CAPABILITIES = frozenset({"queue-stall", "queue-slow", "io-errors"})
+# Names from the one capability vocabulary (fixtures/capabilities.toml).
+QUEUE_CAPABILITIES = frozenset({"queue-stall", "queue-slow", "queue-error"})
 MODEL_CAPABILITIES = frozenset({  # a device model's queue has no I/O errors; only models fall off etc.
-    "queue-stall", "queue-slow", "fell-off-bus", "firmware-mismatch", "link-degraded", "reset-not-ready",
+    "queue-stall", "queue-slow", "fell-off-bus", "firmware-mismatch", "link-degrade", "reset-not-ready",
 })
+SLOT_CAPABILITIES = frozenset({"hot-add", "aer-nonfatal", "aer-fatal", "config-loss", "reset"})
 ALL_CAPABILITIES = frozenset({
-    "hotplug", "orderly-removal", "surprise-removal", "aer-nonfatal", "aer-fatal",
-    *QUEUE_CAPABILITIES, *MODEL_CAPABILITIES, "config-loss",
+    *SLOT_CAPABILITIES, "orderly-removal", "surprise-removal", *QUEUE_CAPABILITIES, *MODEL_CAPABILITIES,
 })
 POLL_S = 0.05
 
@@ -62,6 +63,29 @@ class Target:
         return self.slot.port_id
 
 
+def slot_capabilities(profile: HostProfile, slot: Slot) -> frozenset[str]:
+    """What a slot of `profile` can suffer: known before any VM starts (host factories check it).
+
+    Removal without warning needs an ACPI hot-plug host: QEMU 7.2 has no
+    surprise removal under native pciehp (docs/faults.md). Queue faults need
+    a stand-in whose queue is an NBD export (nvme), not edu, or a device model
+    (its own knobs: docs/device-models.md).
+    """
+    caps = set(SLOT_CAPABILITIES)
+    caps.add("orderly-removal" if profile.hotplug_mode == "native" else "surprise-removal")
+    kind = profile.kind(slot.device if slot.populated else slot.accepts)
+    if kind.queue == "nbd":
+        caps |= QUEUE_CAPABILITIES
+    elif kind.model:
+        caps |= MODEL_CAPABILITIES
+    return frozenset(caps)
+
+
+def profile_capabilities(profile: HostProfile) -> frozenset[str]:
+    """The union of a profile's slots' capabilities."""
+    return frozenset().union(*(slot_capabilities(profile, s) for s in profile.slots))
+
+
 class FaultsBase:
     def __init__(self, vm):
         self.vm = vm
@@ -79,28 +103,11 @@ class FaultsBase:
     @property
     def capabilities(self) -> frozenset[str]:
         """What this host can suffer: the union of its slots' capabilities."""
-        caps: set[str] = set()
-        for slot in self.vm.profile.slots:
-            caps |= self.slot_capabilities(slot.name)
-        return frozenset(caps)
+        return profile_capabilities(self.vm.profile)
 
     def slot_capabilities(self, slot_name: str) -> frozenset[str]:
-        """Faults a slot supports, from the profile (its device, or what a hot-add puts there).
-
-        Removal without warning needs an ACPI hot-plug host: QEMU 7.2 has no
-        surprise removal under native pciehp (docs/faults.md). Queue faults need
-        a stand-in whose queue is an NBD export (nvme), not edu, or a device model
-        (its own knobs: docs/device-models.md).
-        """
-        slot = self._slot("capabilities", slot_name)
-        caps = {"hotplug", "aer-nonfatal", "aer-fatal", "config-loss"}
-        caps.add("orderly-removal" if self.vm.profile.hotplug_mode == "native" else "surprise-removal")
-        kind = self.vm.profile.kind(slot.device if slot.populated else slot.accepts)
-        if kind.queue == "nbd":
-            caps |= QUEUE_CAPABILITIES
-        elif kind.model:
-            caps |= MODEL_CAPABILITIES
-        return frozenset(caps)
+        """Faults a slot supports, from the profile (its device, or what a hot-add puts there)."""
+        return slot_capabilities(self.vm.profile, self._slot("capabilities", slot_name))
 
     def require(self, capability: str, slot_name: str | None = None) -> None:
         """Raise FaultError if the host (or the slot) lacks a capability."""

@@ -20,7 +20,7 @@ from .base import FaultRecord, FaultsBase, Target
 from .queue import STALL_SAMPLE_GAP_S, STALL_TIMEOUT_S, QueueStall
 
 # Faults only a model slot has (queue-stall and queue-slow it shares with nvme slots).
-MODEL_ONLY_CAPABILITIES = frozenset({"fell-off-bus", "firmware-mismatch", "link-degraded",
+MODEL_ONLY_CAPABILITIES = frozenset({"fell-off-bus", "firmware-mismatch", "link-degrade",
                                      "reset-not-ready"})
 MODEL_QUEUE_CAPABILITIES = frozenset({"queue-stall", "queue-slow"})
 STUCK_COMMANDS = 4  # submitted through the doorbell when a stall finds nothing in flight

@@ -28,6 +28,7 @@ from aer_support import (
 
 @pytest.mark.clause("AER-01")
 @pytest.mark.destructive
+@pytest.mark.needs("aer-nonfatal")
 def test_aer01_nonfatal_error_counted_recovered_state_per_policy(host, measurements):
     slot = populated_slots(host, "aer-nonfatal")[0]
     bdf = slot_bdf(host, slot)

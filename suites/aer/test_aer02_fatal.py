@@ -49,6 +49,7 @@ def _link_resets(host, port_bdf: str) -> int:
 
 @pytest.mark.clause("AER-02")
 @pytest.mark.destructive
+@pytest.mark.needs("aer-fatal")
 def test_aer02_fatal_error_link_reset_then_recovered_or_faulted(host, measurements):
     slot = populated_slots(host, "aer-fatal")[0]
     bdf = slot_bdf(host, slot)

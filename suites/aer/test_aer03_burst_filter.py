@@ -49,6 +49,7 @@ SUSTAINED_MAX = 20
 @pytest.mark.clause("AER-03")
 @pytest.mark.destructive
 @pytest.mark.slow
+@pytest.mark.needs("aer-nonfatal")
 def test_aer03_burst_does_not_reset_sustained_rate_does(host, measurements):
     slots = populated_slots(host, "aer-nonfatal")
     if len(slots) < 2:

@@ -77,6 +77,7 @@ def _add_unit(host, slot, device_id: str, drive: str, serial: str) -> str:
     return bdf
 
 
+@pytest.mark.needs("qmp")
 def test_same_model_devices_have_distinct_fingerprints(host):
     records = host.settled_inventory()["devices"]
     by_model: dict[str, list[dict]] = {}
@@ -100,6 +101,7 @@ def test_same_model_devices_have_distinct_fingerprints(host):
 
 @pytest.mark.destructive
 @pytest.mark.slow
+@pytest.mark.needs("reboot")
 def test_fingerprints_survive_runtime_restart_and_guest_reboot(host_factory):
     host = host_factory.start(allow_reboot=True)
     before = _fingerprints(host)
@@ -207,6 +209,7 @@ def _await_flag(runtime, unit: InPlace, mark: int) -> str | None:
 
 @pytest.mark.destructive
 @pytest.mark.slow
+@pytest.mark.needs("hot-add", "qmp")
 def test_identity_change_in_place_is_flagged(host_factory):
     """Four cases on an ACPI hot-plug host (removal without warning), two slots A and B:
 

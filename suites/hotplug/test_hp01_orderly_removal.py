@@ -79,6 +79,7 @@ def _check_orderly_removal(runtime, mark: int, run_id: str, bdf: str, lease: dic
     assert runtime.violations == []
 
 
+@pytest.mark.needs("hot-add", "qmp")
 def test_orderly_removal_by_request(host):
     slot = empty_slot(host)
     runtime = host.runtime
@@ -100,8 +101,8 @@ def test_orderly_removal_by_request(host):
         ensure_slot_empty(host, slot.name)
 
 
+@pytest.mark.needs("hot-add", "orderly-removal")
 def test_orderly_removal_attention_button(host):
-    host.require("orderly-removal")
     slot = empty_slot(host)
     runtime = host.runtime
     host.settled_inventory()

@@ -45,6 +45,7 @@ DEVICES = 3  # removals per run (each one sample of the drain time)
 ANSWER_AFTER_S = 0.12  # the held read completes this long after stall_queue returns
 
 
+@pytest.mark.needs("queue-stall")
 def test_healthy_queue_drains_without_reset(host_factory, measurements):
     skip_without_queue_slot(host_factory.profile)
     host = host_factory.start()

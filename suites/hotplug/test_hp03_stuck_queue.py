@@ -41,11 +41,11 @@ HARDWARE_ANSWERS_AFTER_S = 3.0
 RESET_OUTCOMES = ("ok", "error", "unsupported", "timeout")
 
 
+@pytest.mark.needs("queue-stall")
 def test_stuck_queue_drain_times_out_and_resets(host_factory, measurements):
     skip_without_queue_slot(host_factory.profile)
     host = host_factory.start()
     slot = queue_slot(host)
-    host.require("queue-stall", slot.name)
     timeout_ms = budget(host, "drain_timeout_ms")
     tolerance_ms = budget(host, "drain_tolerance_ms")
     runtime = host.runtime

@@ -45,6 +45,7 @@ from hilconform.fixtures.runtime_client import RuntimeCallError
 pytestmark = [pytest.mark.clause("HP-04"), pytest.mark.destructive]
 
 
+@pytest.mark.needs("qmp")
 def test_surprise_removal_revokes_and_keeps_serving(host_factory):
     host = host_factory.start(hotplug_mode="native")
     runtime = host.runtime

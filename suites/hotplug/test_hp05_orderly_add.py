@@ -40,6 +40,7 @@ pytestmark = pytest.mark.clause("HP-05")
 WRONG_FIRMWARE = "0.0-hilconform-mismatch"
 
 
+@pytest.mark.needs("hot-add", "qmp")
 def test_orderly_add_steps_in_order(host):
     slot = empty_slot(host)
     runtime = host.runtime
@@ -83,6 +84,7 @@ def mismatching_firmware_config(text: str, ids: str, version: str) -> str:
 
 
 @pytest.mark.destructive
+@pytest.mark.needs("hot-add")
 def test_failing_firmware_step_keeps_device_out(host_factory):
     profile = host_factory.profile
     slot = next((s for s in profile.slots if not s.populated), None)

@@ -208,15 +208,7 @@ def slot_of(host, bdf: str) -> str:
 
 def managed_truth(host) -> dict[str, str]:
     """BDF -> QEMU id of every function QEMU emulates that the profile's selector names."""
-    profile = host.profile
-    ids = {i.lower() for i in profile.select_ids}
-    classes = [c.lower()[:4] for c in profile.select_classes]
-    out = {}
-    for fn in host.ground_truth():
-        if fn.ids in ids or f"{fn.vendor_id:04x}:*" in ids or \
-                any(f"{fn.class_code:04x}".startswith(c) for c in classes):
-            out[fn.bdf] = fn.qdev_id
-    return out
+    return host.managed_truth()
 
 
 def empty_slots(host) -> list[str]:

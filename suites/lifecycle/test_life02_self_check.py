@@ -55,6 +55,7 @@ def _steps(run: list[dict]) -> list[tuple[str, str]]:
     return [(e["data"]["step"], e["data"]["status"]) for e in run]
 
 
+@pytest.mark.needs("hot-add")
 def test_hot_added_device_joins_the_pool_after_its_self_check(host):
     runtime = host.runtime
     checker, mark = subscribe_live(runtime)
@@ -103,6 +104,7 @@ def test_hot_added_device_joins_the_pool_after_its_self_check(host):
     checker.assert_clean()
 
 
+@pytest.mark.needs("hot-add")
 def test_device_failing_its_self_check_stays_out_of_the_pool(host_factory):
     profile = host_factory.profile
     if all(s.populated for s in profile.slots):

@@ -353,6 +353,7 @@ def _healthy_slot(host, runtime, slots: list[str], timeout_s: float) -> str | No
 
 
 @pytest.mark.destructive
+@pytest.mark.needs("aer-fatal")
 def test_a_device_in_error_recovery_is_never_allocated(host):
     """From the moment the kernel logs an uncorrectable error above a device until its recovery
     ends, the device is not HEALTHY: an allocate is refused, however it is timed.

@@ -117,6 +117,7 @@ class Rig:
         return inventory
 
 
+@pytest.mark.needs("hot-add", "orderly-removal", "aer-nonfatal", "reset", "qmp")
 def test_random_operation_sequences_keep_every_invariant(host, request, record_property):
     profile, chosen = life06_settings()
     seed = int(os.environ.get("HILCONFORM_LIFE06_SEED") or random.SystemRandom().randrange(1 << 32))

@@ -10,19 +10,12 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from hilconform.fixtures.errors import InfrastructureError
 
 LINK_SEVERITY = tomllib.loads(Path(__file__).with_name("real01_link_severity.toml").read_text())
 # sysfs current_link_speed "8.0 GT/s PCIe" -> PCIe generation
 GENERATION_OF_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
 RUNTIME_EVENT_TIMEOUT_S = 30.0
-
-
-def real_host_only(host) -> None:
-    """Skip (with the reason) unless the host is a real one (or the stand-in guest over SSH)."""
-    host.require("real-host")
 
 
 def gts(sysfs_speed: str | None) -> float | None:
@@ -108,10 +101,8 @@ def failing(findings: list[LinkFinding]) -> list[LinkFinding]:
 
 
 def destructive_target(host) -> str:
-    """One device this run may remove or reset (selected, unprotected); skips when read-only."""
-    real_host_only(host)
-    if not host.allow_destructive:
-        pytest.skip("the test removes or resets a device: run with --allow-destructive")
+    """One device this run may remove or reset (selected, unprotected; the test's `needs` marker has
+    made sure the run may change the host)."""
     return host.safe_targets()[0]
 
 

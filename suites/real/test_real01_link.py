@@ -15,13 +15,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from real_support import failing, link_disagreement, link_findings, real_host_only
+from real_support import failing, link_disagreement, link_findings
 
-pytestmark = pytest.mark.clause("REAL-01")
+pytestmark = [pytest.mark.clause("REAL-01"), pytest.mark.needs("real-host")]
 
 
 def test_negotiated_link_meets_the_model_minimum(host, request):
-    real_host_only(host)
     truth = host.managed_truth()
     inventory = {d["device"]: d for d in host.settled_inventory()["devices"]}
     minimum = host.profile.link_min

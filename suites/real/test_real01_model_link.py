@@ -50,6 +50,7 @@ def test_model_links_meet_the_real_cards_minimum(host_factory, request):
 
 
 @pytest.mark.destructive
+@pytest.mark.needs("link-degrade")
 def test_model_link_below_the_minimum_is_a_major_finding(host_factory, request):
     require_model_host(host_factory)
     host = request.getfixturevalue("host")

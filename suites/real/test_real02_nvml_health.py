@@ -12,16 +12,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from real_support import real_host_only
 
 from hilconform.fixtures.nvml_health import health_from_nvml, runtime_not_better
 
-pytestmark = pytest.mark.clause("REAL-02")
+pytestmark = [pytest.mark.clause("REAL-02"), pytest.mark.needs("real-host", "nvml")]
 
 
 def test_runtime_health_is_never_better_than_nvml(host, request):
-    real_host_only(host)
-    host.require("nvml")
     nvml = host.nvml_health()
     inventory = {d["device"]: d for d in host.settled_inventory()["devices"]}
     selected = host.managed_truth()

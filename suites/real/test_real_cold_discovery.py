@@ -11,15 +11,14 @@ nothing on the host (a runtime reads sysfs and config space while it discovers).
 from __future__ import annotations
 
 import pytest
-from real_support import RUNTIME_EVENT_TIMEOUT_S, process_start_ns, real_host_only
+from real_support import RUNTIME_EVENT_TIMEOUT_S, process_start_ns
 
-pytestmark = [pytest.mark.clause("DISC-03"), pytest.mark.slow]
+pytestmark = [pytest.mark.clause("DISC-03"), pytest.mark.slow, pytest.mark.needs("real-host")]
 RESTARTS = 3
 TICK_MS = 10.0
 
 
 def test_cold_discovery_after_runtime_start_on_the_host(host, measurements):
-    real_host_only(host)
     limit = host.profile.budgets["cold_discovery_ms"]
     truth = sorted(host.managed_truth())
     elapsed = []

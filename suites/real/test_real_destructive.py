@@ -56,9 +56,9 @@ def _rescan(host, bdf: str) -> float:
 
 
 @pytest.mark.clause("DISC-06")
+@pytest.mark.needs("real-host", "surprise-removal", "hot-add")
 def test_sysfs_removal_is_detected_within_budget(host, measurements):
     bdf = destructive_target(host)
-    host.require("sysfs-remove")
     removal_ms = _remove(host, bdf)
     assert bdf not in {d["device"] for d in host.runtime.call("inventory")["devices"]}
     _rescan(host, bdf)  # put it back for the next test (the session end would too)
@@ -68,9 +68,9 @@ def test_sysfs_removal_is_detected_within_budget(host, measurements):
 
 
 @pytest.mark.clause("DISC-02")
+@pytest.mark.needs("real-host", "surprise-removal", "hot-add")
 def test_sysfs_rescan_discovery_within_budget(host, measurements):
     bdf = destructive_target(host)
-    host.require("sysfs-remove")
     driver = host.managed_truth()[bdf]["driver"]
     _remove(host, bdf)
     discovery_ms = _rescan(host, bdf)
@@ -82,9 +82,9 @@ def test_sysfs_rescan_discovery_within_budget(host, measurements):
 
 
 @pytest.mark.clause("RST-01")
+@pytest.mark.needs("real-host", "reset")
 def test_requested_reset_of_a_healthy_device_within_budget(host, measurements):
     bdf = destructive_target(host)
-    host.require("reset")
     runtime = host.runtime
     budget_ms = host.profile.budgets["reset_budget_ms"]
     assert runtime_record(runtime, bdf)["state"] == "HEALTHY"

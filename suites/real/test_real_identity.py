@@ -8,13 +8,11 @@ fingerprint, and no `identity_changed` may be raised (nothing was swapped).
 from __future__ import annotations
 
 import pytest
-from real_support import real_host_only
 
-pytestmark = [pytest.mark.clause("DISC-05"), pytest.mark.slow]
+pytestmark = [pytest.mark.clause("DISC-05"), pytest.mark.slow, pytest.mark.needs("real-host")]
 
 
 def test_fingerprints_survive_a_runtime_restart_on_the_host(host):
-    real_host_only(host)
     before = {d["device"]: d["fingerprint"] for d in host.settled_inventory()["devices"]}
     assert before, f"profile {host.profile.name} selects no device on the host"
     host.restart_runtime()

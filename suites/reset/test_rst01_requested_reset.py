@@ -19,9 +19,10 @@ RESETS = 5
 
 
 @pytest.mark.clause("RST-01")
+@pytest.mark.needs("reset")
 def test_rst01_requested_reset_of_healthy_device_within_budget(host, measurements):
     budget_ms = float(host.profile.budgets["reset_budget_ms"])
-    slot, bdf, _record = healthy_device(host, "aer-fatal")  # any populated slot
+    slot, bdf, _record = healthy_device(host, "reset")
     runtime = host.runtime
     round_trips, runtime_ms = [], []
     for i in range(RESETS):

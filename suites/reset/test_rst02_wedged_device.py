@@ -38,6 +38,7 @@ RESUME_AFTER_S = 4.0
 @pytest.mark.clause("RST-02")
 @pytest.mark.destructive
 @pytest.mark.slow
+@pytest.mark.needs("queue-stall")
 def test_rst02_wedged_device_reset_on_drain_timeout_faulted_over_budget(host_factory, measurements):
     profile = host_factory.profile
     if not any(s.populated and (profile.kind(s.device).queue == "nbd" or profile.kind(s.device).model)

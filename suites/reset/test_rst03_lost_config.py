@@ -34,6 +34,7 @@ SLACK_S = 5.0
 
 @pytest.mark.clause("RST-03")
 @pytest.mark.destructive
+@pytest.mark.needs("config-loss")
 def test_rst03_lost_config_detected_and_faulted(host, measurements):
     slot, bdf, _record = healthy_device(host, "config-loss")
     runtime = host.runtime

@@ -10,10 +10,12 @@ import pytest
 INFRA_QDEV_IDS = {"vser"}
 
 
+@pytest.mark.needs("qmp")
 def test_guest_boots_with_the_image_kernel(host):
     assert host.kernel_release() == host.vm.image.kernel_version
 
 
+@pytest.mark.needs("qmp")
 def test_guest_lspci_matches_qmp_query_pci(host):
     qemu = {f.key() for f in host.ground_truth()}
     guest = {f.key() for f in host.guest_pci()}
@@ -47,6 +49,7 @@ def _empty_slot(host):
 @pytest.mark.destructive
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["native", "acpi"])
+@pytest.mark.needs("hot-add", "qmp")
 def test_hot_add_then_remove(host_factory, mode):
     host = host_factory.start(hotplug_mode=mode)
     slot = _empty_slot(host)

@@ -55,11 +55,11 @@ def _read_ok(vm, device, count=4):
 # -- no VM needed --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("profile, mode, has, lacks", [
-    ("a100-stock", "native", {"orderly-removal", "queue-stall", "queue-slow", "io-errors"},
+    ("a100-stock", "native", {"orderly-removal", "queue-stall", "queue-slow", "queue-error"},
      {"surprise-removal"}),
     ("a100-stock", "acpi", {"surprise-removal", "queue-stall"}, {"orderly-removal"}),
-    ("fpga-stock", "native", {"aer-fatal", "config-loss", "hotplug"},
-     {"queue-stall", "queue-slow", "io-errors", "surprise-removal"}),
+    ("fpga-stock", "native", {"aer-fatal", "config-loss", "hot-add"},
+     {"queue-stall", "queue-slow", "queue-error", "surprise-removal"}),
 ])
 def test_capabilities_follow_the_profile_and_hotplug_mode(profile, mode, has, lacks):
     vm = SimpleNamespace(profile=load_profile(profile).with_hotplug_mode(mode))

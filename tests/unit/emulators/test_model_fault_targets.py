@@ -20,18 +20,18 @@ def test_model_slots_have_the_model_knobs_and_no_io_errors():
     for slot in ("gpu0", "gpu1", "spare0"):  # spare0: what a hot-add puts there
         caps = faults.slot_capabilities(slot)
         assert MODEL_CAPABILITIES <= caps, caps
-        assert "io-errors" not in caps
-        assert {"hotplug", "orderly-removal", "aer-fatal", "config-loss"} <= caps
+        assert "queue-error" not in caps
+        assert {"hot-add", "orderly-removal", "aer-fatal", "config-loss"} <= caps
     faults.require("fell-off-bus", "gpu0")
-    with pytest.raises(FaultError, match="io-errors: slot gpu0 of host a100 "):
-        faults.require("io-errors", "gpu0")
+    with pytest.raises(FaultError, match="queue-error: slot gpu0 of host a100 "):
+        faults.require("queue-error", "gpu0")
 
 
 def test_stock_slots_have_no_model_only_faults():
     faults = _injector("a100-stock")
     caps = faults.capabilities
     assert QUEUE_CAPABILITIES <= caps
-    for only_models in ("fell-off-bus", "firmware-mismatch", "link-degraded"):
+    for only_models in ("fell-off-bus", "firmware-mismatch", "link-degrade"):
         assert only_models not in caps
         with pytest.raises(FaultError, match=only_models):
             faults.require(only_models)

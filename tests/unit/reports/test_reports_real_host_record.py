@@ -1,5 +1,5 @@
 """The run record of a real host (--host real:...): its kernel, sysfs ground truth, the runtime's hello,
-inventory and events, without touching `host.vm` (which skips on a real host). A stand-in runtime
+inventory and events, without touching `host.vm` (a real host has none). A stand-in runtime
 client and survey play the lab machine here."""
 
 from __future__ import annotations

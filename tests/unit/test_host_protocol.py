@@ -1,0 +1,111 @@
+"""Both host kinds conform to the typed protocols, and `get` hands out only what a host declares.
+
+A host that lists a capability must have the protocol's methods for it (no method that
+only skips), and asking for one it lacks is an error naming the host and the capability.
+"""
+
+from __future__ import annotations
+
+import inspect
+from types import SimpleNamespace
+
+import pytest
+
+from hilconform.emulators.profile import load_profile
+from hilconform.fixtures.capabilities import vocabulary
+from hilconform.fixtures.host import EmulatedHost
+from hilconform.fixtures.host_protocol import (
+    CAPABILITY_PROTOCOLS,
+    AerInjection,
+    CapabilityMissing,
+    Host,
+    HotPlug,
+    Qmp,
+    Reset,
+)
+from hilconform.fixtures.real_host import RealHost
+
+SKIP_TRAPS = ("vm", "workload", "reboot", "faults")  # what a real host used to offer only to skip
+
+
+def members(protocol: type) -> set[str]:
+    own = vars(protocol)
+    return {n for n in own if not n.startswith("_")} | set(own.get("__annotations__", {}))
+
+
+def emulated(profile: str = "a100", allow_reboot: bool = False) -> EmulatedHost:
+    vm = SimpleNamespace(
+        profile=load_profile(profile), allow_reboot=allow_reboot, qemu_version="7.2.22", accel="tcg"
+    )
+    return EmulatedHost(vm, name=profile)
+
+
+def real(tmp_path, surveyed: dict) -> RealHost:
+    host = RealHost(SimpleNamespace(description="fake"), None, False, tmp_path / "journal.jsonl", "fake")
+    host.initial = {"capabilities": surveyed, "kernel": "6.1"}
+    return host
+
+
+def offered_protocols(host) -> set[type]:
+    table = vocabulary()
+    return {CAPABILITY_PROTOCOLS[table[c].protocol] for c in host.capabilities if table[c].protocol}
+
+
+def test_each_host_has_the_core_and_every_protocol_it_declares(tmp_path):
+    everything = dict.fromkeys(("sysfs-remove", "reset", "aer-inject", "nvml"), True)
+    for host in (emulated(), emulated("a100-stock", allow_reboot=True), real(tmp_path, everything)):
+        for protocol in {Host} | offered_protocols(host):
+            provider = host if protocol is Host else host.get(protocol)
+            provider = getattr(provider, "_injector", provider)  # the faults behind their Allure steps
+            for name in members(protocol):
+                inspect.getattr_static(provider, name)  # AttributeError: it does not conform
+
+
+def test_a_real_host_offers_no_method_it_cannot_do(tmp_path):
+    host = real(tmp_path, dict.fromkeys(("sysfs-remove", "reset", "aer-inject"), True))
+    assert offered_protocols(host) == {HotPlug, AerInjection, Reset}
+    for name in SKIP_TRAPS:
+        assert not hasattr(RealHost, name), f"RealHost.{name} is back"
+
+
+def test_get_returns_the_provider_or_names_what_is_missing(tmp_path):
+    host = emulated("a100-stock")
+    assert host.get("aer-fatal") is host.faults and host.get(Qmp) is host and host.get("hot-add") is host
+    with pytest.raises(CapabilityMissing, match=r"host emulated:a100-stock .* lacks capability 'nvml'"):
+        host.get("nvml")
+    with pytest.raises(CapabilityMissing, match="offers no capability of Reboot"):
+        host.get(CAPABILITY_PROTOCOLS["Reboot"])
+    lab = real(tmp_path, {"aer-inject": True})
+    assert lab.get(AerInjection) is lab and lab.get("real-host") is lab
+    with pytest.raises(CapabilityMissing, match=r"host real:fake .* lacks capability 'qmp'"):
+        lab.get("qmp")
+    with pytest.raises(CapabilityMissing, match=r"host real:fake .* offers no capability of Qmp"):
+        lab.get(Qmp)
+
+
+def test_a_real_hosts_aer_injection_keeps_the_severity_apart(tmp_path):
+    lab = real(tmp_path, {"aer-inject": True})
+    with pytest.raises(ValueError, match="fatal error"):
+        lab.aer_nonfatal("0000:3b:00.0", "DLP")
+    with pytest.raises(ValueError, match="not a fatal error"):
+        lab.aer_fatal("0000:3b:00.0", "UNSUP")
+
+
+def test_an_emulated_restart_with_overrides_rewrites_the_guests_config(tmp_path):
+    from hilconform.emulators.errors import InfrastructureError
+    from hilconform.emulators.runtime_config import runtime_config_for
+
+    host = emulated("a100-stock")
+    scripts = []
+    host.vm.layout = SimpleNamespace(guest_share=tmp_path)
+    host.vm.runtime_config = runtime_config_for(host.profile)
+    host.vm.agent = SimpleNamespace(
+        shell=lambda script, timeout_s: scripts.append(script) or SimpleNamespace(exit_code=0, stderr="")
+    )
+    host.restart_runtime({"lease_ttl_s": 2.0})
+    host.restart_runtime({"lease_ttl_s": 3.0})  # a second change starts again from the profile's config
+    assert (tmp_path / "runtime.toml").read_text() == runtime_config_for(host.profile, {"lease_ttl_s": 3.0})
+    assert len(scripts) == 2
+    host.vm.runtime_config = "name = 'a config of its own'\n"
+    with pytest.raises(InfrastructureError, match="runtime config of its own"):
+        host.restart_runtime({"lease_ttl_s": 2.0})
