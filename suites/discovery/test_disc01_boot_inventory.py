@@ -83,6 +83,7 @@ def _compare_with_guest(bad: Mismatches, info: dict, view) -> None:
         bad.check(bdf, "slot", info["slot"], view.physical_slot(), "lspci Physical Slot")
 
 
+@pytest.mark.needs("qmp")  # the ground truth is QEMU's own bus tree (the real twin: suites/real)
 def test_boot_inventory_matches_qemu_and_the_guest_kernel(host):
     runtime = host.runtime
     inventory = host.settled_inventory()
