@@ -57,8 +57,9 @@ def test_a_process_holding_a_namespace_open_counts_in_the_queue(fake, tmp_path):
     assert hooks.queue_depth(fake.sysfs, NVME) == 1
     (fds / "4").symlink_to(f"/dev/{namespace}p1")  # a partition of it
     (fds / "5").symlink_to(f"/dev/{namespace}0")  # another namespace (nvme0n10), not this one
-    fake.set_inflight(NVME, 1, 0)
-    assert hooks.queue_depth(fake.sysfs, NVME) == 3
+    assert hooks.queue_depth(fake.sysfs, NVME) == 2
+    fake.set_inflight(NVME, 1, 0)  # busy: the requests in flight, no scan of /proc
+    assert hooks.queue_depth(fake.sysfs, NVME) == 1
 
 
 def test_nvme_without_namespace_has_empty_queue(fake):
