@@ -31,8 +31,8 @@ class FaultRecord:
     """What a fault injector did, with host monotonic timestamps (ns)."""
 
     fault: str  # e.g. "aer-fatal"
-    target: str  # the slot it hit
-    device_id: str  # QEMU id of what QEMU acted on (the device, or the port for AER)
+    target: str  # what it hit: an emulated slot, a real host's BDF
+    device_id: str  # what was acted on: a QEMU id (the device, or the port for AER); a BDF on a real host
     requested_ns: int  # just before the injecting command was sent
     injected_ns: int  # when QEMU (or the guest, for config loss) answered it
     verified_ns: int  # when the guest showed the fault had taken effect

@@ -20,14 +20,6 @@ CALL_TIMEOUT_S = 30.0
 SEVERITY_ORDER = {"HEALTHY": 0, "DEGRADED": 1, "FAULTED": 2}
 
 
-def populated_slots(host, capability: str) -> list[str]:
-    return host.populated_slots(capability)
-
-
-def slot_bdf(host, slot: str) -> str:
-    return host.slot_bdf(slot)
-
-
 def subscribe(runtime) -> int:
     """Subscribe to live events (idempotent); the client mark to wait after."""
     runtime.call("subscribe", {})

@@ -14,12 +14,10 @@ from aer_support import (
     aer_policy,
     expected_state,
     health_transitions,
-    populated_slots,
     ready_device,
     require_kernel_recovery,
     resets_of,
     settle_state,
-    slot_bdf,
     subscribe,
     wait_aer,
     wait_recovery_outcome,
@@ -30,15 +28,15 @@ from aer_support import (
 @pytest.mark.destructive
 @pytest.mark.needs("aer-nonfatal")
 def test_aer01_nonfatal_error_counted_recovered_state_per_policy(host, measurements):
-    slot = populated_slots(host, "aer-nonfatal")[0]
-    bdf = slot_bdf(host, slot)
+    slot = host.targets("aer-nonfatal")[0]
+    bdf = host.target_bdf(slot)
     runtime = host.runtime
     before = ready_device(host, bdf)
     require_kernel_recovery(before)
     policy = aer_policy(runtime)
     mark = subscribe(runtime)
 
-    fault = host.faults.aer_nonfatal(slot, wait_recovery=True)
+    fault = host.get("aer-nonfatal").aer_nonfatal(slot, wait_recovery=True)
     kernel_recovery = fault.details["recovery"]  # the guest kernel's own verdict (dmesg)
 
     counted = wait_aer(runtime, bdf, "counted", mark, match=lambda d: d["delta"]["nonfatal"] > 0)

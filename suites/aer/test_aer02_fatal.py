@@ -21,11 +21,9 @@ from aer_support import (
     config_lost,
     expected_state,
     health_transitions,
-    populated_slots,
     ready_device,
     resets_of,
     settle_state,
-    slot_bdf,
     subscribe,
     wait_aer,
     wait_recovery_outcome,
@@ -51,15 +49,15 @@ def _link_resets(host, port_bdf: str) -> int:
 @pytest.mark.destructive
 @pytest.mark.needs("aer-fatal")
 def test_aer02_fatal_error_link_reset_then_recovered_or_faulted(host, measurements):
-    slot = populated_slots(host, "aer-fatal")[0]
-    bdf = slot_bdf(host, slot)
+    slot = host.targets("aer-fatal")[0]
+    bdf = host.target_bdf(slot)
     runtime = host.runtime
     before = ready_device(host, bdf)
     policy = aer_policy(runtime)
     mark = subscribe(runtime)
 
     log_start = kernel_log_lines(host)[-1][0]
-    fault = host.faults.aer_fatal(slot, wait_recovery=True)
+    fault = host.get("aer-fatal").aer_fatal(slot, wait_recovery=True)
     port_bdf, kernel_recovery = fault.details["port_bdf"], fault.details["recovery"]
     assert _link_resets(host, port_bdf) >= 1, "the guest kernel never reset the link (test bed)"
 

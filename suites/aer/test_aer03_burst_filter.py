@@ -28,12 +28,10 @@ from aer_support import (
     aer_policy,
     burst_size,
     errors_to_reset,
-    populated_slots,
     ready_device,
     require_kernel_recovery,
     reset_runs,
     resets_of,
-    slot_bdf,
     subscribe,
     wait_recovery_outcome,
 )
@@ -51,7 +49,7 @@ SUSTAINED_MAX = 20
 @pytest.mark.slow
 @pytest.mark.needs("aer-nonfatal")
 def test_aer03_burst_does_not_reset_sustained_rate_does(host, measurements):
-    slots = populated_slots(host, "aer-nonfatal")
+    slots = host.targets("aer-nonfatal")
     if len(slots) < 2:
         pytest.skip(f"host {host.description} needs two populated slots (independent weights)")
     runtime = host.runtime
@@ -65,7 +63,7 @@ def test_aer03_burst_does_not_reset_sustained_rate_does(host, measurements):
         f"declared policy {policy} needs {errors_to_reset(policy)} errors to reset; a sustained "
         f"rate of {SUSTAINED_MAX} errors must reset")
     burst_slot, rate_slot = slots[0], slots[1]
-    burst_bdf, rate_bdf = slot_bdf(host, burst_slot), slot_bdf(host, rate_slot)
+    burst_bdf, rate_bdf = host.target_bdf(burst_slot), host.target_bdf(rate_slot)
     require_kernel_recovery(ready_device(host, burst_bdf))
     require_kernel_recovery(ready_device(host, rate_bdf))
 
@@ -74,7 +72,7 @@ def test_aer03_burst_does_not_reset_sustained_rate_does(host, measurements):
     weights = []
     for _ in range(burst):
         m = runtime.mark()
-        host.faults.aer_nonfatal(burst_slot)
+        host.get("aer-nonfatal").aer_nonfatal(burst_slot)
         weights.append(wait_recovery_outcome(runtime, burst_bdf, m)["data"].get("weight"))
     quiet_until = time.monotonic() + 2 * health_poll_s + 1.0
     try:  # the runtime's chance to react: a reset run starting within the window
@@ -95,7 +93,7 @@ def test_aer03_burst_does_not_reset_sustained_rate_does(host, measurements):
     injected = 0
     while injected < limit and not reset_runs(runtime, rate_bdf, mark, "aer_sustained_rate"):
         m = runtime.mark()
-        host.faults.aer_nonfatal(rate_slot)
+        host.get("aer-nonfatal").aer_nonfatal(rate_slot)
         injected += 1
         wait_recovery_outcome(runtime, rate_bdf, m)
     elapsed = time.monotonic() - start

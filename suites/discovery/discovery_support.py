@@ -367,13 +367,6 @@ def guest_monotonic_ns_of_process_start(host, pid: int) -> int:
     return ticks * 1_000_000_000 // hz
 
 
-def guest_runtime_pid(host) -> int:
-    text = host.shell("cat /run/hilconform/runtime.pid").stdout.strip()
-    if not text.isdigit():
-        raise InfrastructureError(f"no runtime pid in the guest (/run/hilconform/runtime.pid: {text!r})")
-    return int(text)
-
-
 # -- profile ---------------------------------------------------------------------------------------
 
 def budget(host, key: str) -> float:

@@ -1,16 +1,18 @@
 """DISC-03 cold discovery: runtime start -> inventory complete within `cold_discovery_ms`.
 
-How it is measured (guest clock, not the host's): the runtime is restarted in the guest
-(`host.restart_runtime()`); the start is the new process's start time as the guest kernel
-records it (/proc/PID/stat `starttime`, 10 ms ticks since boot), the end is the `ts_ns`
-(guest CLOCK_MONOTONIC) of the runtime's `inventory_complete` event. The guest never
-suspends, so both are on one clock. The host cannot time this end to end: the new
-runtime is reached only after it serves, and events it emitted before the host
+How it is measured (the node's clock, not the controller's): the runtime is restarted on the
+node (`host.restart_runtime()`: in the emulated guest, or the runtime deployed on a real host
+over SSH); the start is the new process's start time as the node's kernel records it
+(/proc/PID/stat `starttime`, 10 ms ticks since boot), the end is the `ts_ns` (the node's
+CLOCK_MONOTONIC) of the runtime's `inventory_complete` event. Neither guests nor servers
+suspend, so both are on one clock. The controller cannot time this end to end: the new
+runtime is reached only after it serves, and events it emitted before the controller
 subscribed arrive as a replay. The runtime's own `duration_ms` (enumeration only,
 after interpreter start-up) is recorded beside it and must not exceed it.
 
 Every start must meet the budget (the `max` is judged), and each cold discovery must
-report exactly the managed endpoints QEMU has, each announced by a `discovered` event
+report exactly the managed endpoints the host has (`host.managed_truth()`: QEMU's bus
+tree, or a real host's sysfs, with the profile's selection), each announced by a `discovered` event
 (cause `boot`) before `inventory_complete`.
 
 The shared host is left as found: the runtime is running with the same configuration
@@ -23,9 +25,7 @@ import pytest
 from discovery_support import (
     COLD_DISCOVERY_TIMEOUT_S,
     budget,
-    expected_managed,
     guest_monotonic_ns_of_process_start,
-    guest_runtime_pid,
     ms_between,
     subscribe_from_start,
 )
@@ -38,13 +38,13 @@ TICK_MS = 10.0  # resolution of the process start time (USER_HZ = 100)
 
 def test_cold_discovery_after_runtime_start(host, measurements):
     limit = budget(host, "cold_discovery_ms")
-    truth = sorted(expected_managed(host))
+    truth = sorted(host.managed_truth())
     host.settled_inventory()
     from_process_start, runtime_reported = [], []
     for _ in range(RESTARTS):
-        old_pid = guest_runtime_pid(host)
+        old_pid = host.runtime_pid()
         host.restart_runtime()
-        pid = guest_runtime_pid(host)
+        pid = host.runtime_pid()
         assert pid != old_pid, "restart_runtime left the old runtime process in place"
         started_ns = guest_monotonic_ns_of_process_start(host, pid)
         runtime = host.runtime
@@ -54,12 +54,12 @@ def test_cold_discovery_after_runtime_start(host, measurements):
         done = runtime.wait_event("inventory_complete", mark, COLD_DISCOVERY_TIMEOUT_S,
                                   what="cold discovery after a runtime start")
         assert sorted(done["data"]["bdfs"]) == truth, (
-            f"cold discovery reported {sorted(done['data']['bdfs'])}; QEMU has {truth}")
+            f"cold discovery reported {sorted(done['data']['bdfs'])}; the host has {truth}")
         assert done["data"]["devices"] == len(truth)
         announced = sorted(e["data"]["device"] for e in runtime.events(mark, "discovered")
                            if e["data"]["cause"] == "boot" and e["seq"] < done["seq"])
         assert announced == truth, (
-            f"`discovered` (boot) before inventory_complete for {announced}; QEMU has {truth}")
+            f"`discovered` (boot) before inventory_complete for {announced}; the host has {truth}")
         inventory = runtime.call("inventory")
         assert inventory["complete"] is True
         assert sorted(d["device"] for d in inventory["devices"]) == truth

@@ -58,10 +58,6 @@ def skip_without_queue_slot(profile) -> None:
         pytest.skip(f"profile {profile.name} has no populated slot with a command queue")
 
 
-def slot_bdf(host, slot_name: str) -> str:
-    return host.slot_bdf(slot_name)
-
-
 # -- ground truth -----------------------------------------------------------------------------
 
 def expected_managed(host) -> set[str]:

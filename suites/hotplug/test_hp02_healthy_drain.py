@@ -34,7 +34,6 @@ from hotplug_support import (
     first_step,
     run_steps,
     skip_without_queue_slot,
-    slot_bdf,
     subscribe,
     wait_procedure_end,
 )
@@ -58,7 +57,7 @@ def test_healthy_queue_drains_without_reset(host_factory, measurements):
     host.settled_inventory()
     drain_ms = []
     for slot in slots:
-        bdf = slot_bdf(host, slot.name)
+        bdf = host.target_bdf(slot.name)
         stall = host.faults.stall_queue(slot.name, resume_after_s=ANSWER_AFTER_S)
         mark = subscribe(runtime)
         result = runtime.call("remove", {"device": bdf}, timeout_s=REMOVE_CALL_TIMEOUT_S)

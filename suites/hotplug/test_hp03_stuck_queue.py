@@ -30,7 +30,6 @@ from hotplug_support import (
     queue_slot,
     run_steps,
     skip_without_queue_slot,
-    slot_bdf,
     subscribe,
     wait_procedure_end,
 )
@@ -50,7 +49,7 @@ def test_stuck_queue_drain_times_out_and_resets(host_factory, measurements):
     tolerance_ms = budget(host, "drain_tolerance_ms")
     runtime = host.runtime
     host.settled_inventory()
-    bdf = slot_bdf(host, slot.name)
+    bdf = host.target_bdf(slot.name)
 
     # stall_queue issues one direct read itself and verifies it is stuck
     stall = host.faults.stall_queue(slot.name, resume_after_s=HARDWARE_ANSWERS_AFTER_S)

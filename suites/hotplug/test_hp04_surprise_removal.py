@@ -33,7 +33,6 @@ from hotplug_support import (
     expected_managed,
     inventory_mismatch,
     pull_slot_power,
-    slot_bdf,
     subscribe,
     wait_device_deleted,
     wait_settled,
@@ -51,7 +50,7 @@ def test_surprise_removal_revokes_and_keeps_serving(host_factory):
     runtime = host.runtime
     host.settled_inventory()
     slot = next(s for s in host.profile.slots if s.populated)
-    bdf = slot_bdf(host, slot.name)
+    bdf = host.target_bdf(slot.name)
     wait_settled(host, bdf)
     lease = allocate(runtime, bdf, "hp04-holder")
     if host.profile.kind(slot.device).queue == "nbd":

@@ -296,7 +296,7 @@ def _observe_fatal_recovery(host, runtime, slot: str) -> _Observation:
     """Inject a fatal error above `slot`'s device while allocate requests for it go out every
     PROBE_EVERY_S, each on its own thread (a request the runtime holds up must not hold up the
     next); a lease granted before the window is released at once (the probe goes on)."""
-    bdf = host.slot_bdf(slot)
+    bdf = host.target_bdf(slot)
     offset_ns = kernel_minus_monotonic_ns(host)
     log_start = kernel_log_lines(host)[-1][0]
     stop = threading.Event()
@@ -324,7 +324,7 @@ def _observe_fatal_recovery(host, runtime, slot: str) -> _Observation:
     prober = threading.Thread(target=probe, name="life03-probe", daemon=True)
     prober.start()
     try:
-        fault = host.faults.aer_fatal(slot, wait_recovery=True)
+        fault = host.get("aer-fatal").aer_fatal(slot, wait_recovery=True)
         time.sleep(0.2)  # the probe goes on a little past the recovery line
     finally:
         stop.set()
@@ -342,7 +342,7 @@ def _healthy_slot(host, runtime, slots: list[str], timeout_s: float) -> str | No
     """The first of `slots` whose device is HEALTHY and quiet, waiting up to timeout_s for one."""
     def probe():
         for slot in slots:
-            record = device_record(runtime, host.slot_bdf(slot))
+            record = device_record(runtime, host.target_bdf(slot))
             if record["state"] == "HEALTHY" and quiet(record):
                 return slot
         return None
@@ -367,11 +367,11 @@ def test_a_device_in_error_recovery_is_never_allocated(host):
     error (the next aer-fatal slot whose device is HEALTHY), up to OBSERVATIONS times, then the
     test bed is reported broken. Every observed window is judged, covered or not.
     """
-    slots = host.populated_slots("aer-fatal")
+    slots = host.targets("aer-fatal")
     runtime = host.runtime
     subscribe_live(runtime)
     settled_inventory(runtime)
-    wait_state(runtime, host.slot_bdf(slots[0]), {"HEALTHY"})
+    wait_state(runtime, host.target_bdf(slots[0]), {"HEALTHY"})
     observations: list[_Observation] = []
     order = slots[:]
     while len(observations) < OBSERVATIONS:

@@ -10,8 +10,6 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from hilconform.fixtures.errors import InfrastructureError
-
 LINK_SEVERITY = tomllib.loads(Path(__file__).with_name("real01_link_severity.toml").read_text())
 # sysfs current_link_speed "8.0 GT/s PCIe" -> PCIe generation
 GENERATION_OF_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
@@ -115,17 +113,3 @@ def wait_self_check_end(runtime, bdf: str, after: int) -> dict:
         "procedure", after, RUNTIME_EVENT_TIMEOUT_S,
         match=lambda d: d["device"] == bdf and d["procedure"] == "hot_add" and d["step"] == "end",
         what=f"self-check of {bdf} ends")
-
-
-def process_start_ns(host, pid: int) -> int:
-    """When process `pid` started on the host, in ns since boot (/proc/PID/stat field 22).
-
-    Servers do not suspend, so boot time and CLOCK_MONOTONIC (the runtime's ts_ns) agree.
-    """
-    result = host.shell(f"cut -d')' -f2- /proc/{int(pid)}/stat | awk '{{print $20}}'; getconf CLK_TCK")
-    fields = result.stdout.split()
-    if result.exit_code != 0 or len(fields) != 2 or not all(f.isdigit() for f in fields):
-        raise InfrastructureError(f"cannot read the start time of host process {pid}: "
-                                  f"{result.stdout!r} {result.stderr!r}")
-    ticks, hz = (int(f) for f in fields)
-    return ticks * 1_000_000_000 // hz

@@ -12,14 +12,6 @@ EVENT_TIMEOUT_S = 20.0
 CALL_TIMEOUT_S = 30.0
 
 
-def populated_slots(host, capability: str) -> list[str]:
-    return host.populated_slots(capability)
-
-
-def slot_bdf(host, slot: str) -> str:
-    return host.slot_bdf(slot)
-
-
 def subscribe(runtime) -> int:
     runtime.call("subscribe", {})
     return runtime.mark()
@@ -41,8 +33,8 @@ def device_when_settled(host, bdf: str, timeout_s: float = EVENT_TIMEOUT_S) -> d
 def healthy_device(host, capability: str) -> tuple[str, str, dict]:
     """(slot, bdf, record) of the first populated slot with `capability` whose device is HEALTHY."""
     seen = {}
-    for slot in populated_slots(host, capability):
-        bdf = slot_bdf(host, slot)
+    for slot in host.targets(capability):
+        bdf = host.target_bdf(slot)
         record = device_when_settled(host, bdf)
         if record["state"] == "HEALTHY" and not record["lease"]:
             return slot, bdf, record

@@ -23,7 +23,6 @@ from reset_support import (
     device_when_settled,
     health_transitions,
     healthy_device,
-    slot_bdf,
     subscribe,
 )
 
@@ -42,7 +41,7 @@ def test_rst03_lost_config_detected_and_faulted(host, measurements):
     others = [s for s in host.profile.slots if s.populated and s.name != slot
               and "config-loss" in host.faults.slot_capabilities(s.name)]
     for other_slot in others:  # boot self-checks over: a late DISCOVERED -> HEALTHY is not "after the loss"
-        device_when_settled(host, slot_bdf(host, other_slot.name))
+        device_when_settled(host, host.target_bdf(other_slot.name))
     mark = subscribe(runtime)
 
     fault = host.faults.lose_config(slot)

@@ -25,7 +25,7 @@ from hilconform.fixtures.host_protocol import (
 )
 from hilconform.fixtures.real_host import RealHost
 
-SKIP_TRAPS = ("vm", "workload", "reboot", "faults")  # what a real host used to offer only to skip
+SKIP_TRAPS = ("vm", "workload", "reboot", "faults", "slot_bdf", "populated_slots")  # once skip-only
 
 
 def members(protocol: type) -> set[str]:

@@ -11,7 +11,12 @@ from hilconform.fixtures.host_spec import HostSpecError, parse_host_spec
 from hilconform.fixtures.real_host import ProfileMatchesNothing, choose_profile
 from hilconform.fixtures.real_profile import available_real_profiles, load_real_profile
 from hilconform.fixtures.remote_command import HostUnreachable, LoginRefused, classify_ssh_failure
-from hilconform.fixtures.runtime_deployment import runtime_config, runtime_tarball
+from hilconform.fixtures.runtime_deployment import (
+    UnknownRuntimeModule,
+    check_runtime_module,
+    runtime_config,
+    runtime_tarball,
+)
 
 
 @pytest.mark.parametrize("text, user, host, port", [
@@ -114,6 +119,26 @@ def test_the_runtime_tarball_holds_the_package_and_nothing_else():
     names = tarfile.open(fileobj=io.BytesIO(runtime_tarball())).getnames()
     assert "hilconform/__init__.py" in names and "hilconform/runtime/__main__.py" in names
     assert all(n.startswith("hilconform/") and "__pycache__" not in n for n in names)
+    assert not any(n.startswith("hilconform/tests/") for n in names)
+
+
+def test_a_mutant_runtime_ships_with_its_package_beside_the_reference():
+    import io
+    import tarfile
+
+    module = check_runtime_module("hilconform.tests.mutants.recovery_taken_as_failed")
+    names = tarfile.open(fileobj=io.BytesIO(runtime_tarball(module))).getnames()
+    assert "hilconform/tests/mutants/recovery_taken_as_failed.py" in names
+    assert "hilconform/tests/mutants/launch.py" in names and "hilconform/runtime/__main__.py" in names
+    assert check_runtime_module(None) == check_runtime_module("hilconform.runtime") == "hilconform.runtime"
+
+
+@pytest.mark.parametrize("module", ["hilconform.tests.mutants.no_such_mutant", "os",
+                                    "hilconform.tests.mutants.../etc", "hilconform.runtime.service"])
+def test_a_runtime_module_a_real_host_cannot_get_is_refused_by_name(module):
+    with pytest.raises(UnknownRuntimeModule, match="cannot be deployed to a real host") as refused:
+        check_runtime_module(module)
+    assert repr(module) in str(refused.value) and "recovery_taken_as_failed" in str(refused.value)
 
 
 @pytest.mark.parametrize("stderr, kind", [
