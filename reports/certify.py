@@ -77,11 +77,20 @@ def _suite_paths(options: CertifyOptions) -> list[str]:
     # Default: every area but smoke (test-bed checks, no clause); `real` only for real hosts, except its
     # emulated twins (REAL-01 on device models) on hosts that serve models: on stock-device hosts they
     # would only skip, making every such run "partial".
-    real = options.host.startswith("real:")
+    real = _is_real(options.host)
     skipped = {"smoke"} | (set() if real else {"real"})
     chosen = options.suites or [s for s in known if s not in skipped]
     twins = [] if real or options.suites or not _serves_models(options.host) else SUITES.glob(EMULATED_TWINS)
     return [f"suites/{s}" for s in chosen] + sorted(str(t.relative_to(CHECKOUT)) for t in twins)
+
+
+def _is_real(host: str) -> bool:
+    """Whether --host names a real host, by the plugin's own spec parser (a malformed spec: False;
+    the collect step reports it as bad input)."""
+    try:
+        return parse_host_spec(host).is_real
+    except HostSpecError:
+        return False
 
 
 def _serves_models(host: str) -> bool:
@@ -156,7 +165,7 @@ def _collect_failure(output: str) -> str:
 
 def check_workers(options: CertifyOptions) -> int:
     """The worker count, checked before anything starts: a real host runs one runtime, so one worker."""
-    real = options.host.startswith("real:")
+    real = _is_real(options.host)
     workers = options.workers if options.workers is not None else (1 if real else 2)
     if workers < 0:
         raise CertifyError(f"--workers {workers}: must be 0 or more")

@@ -13,17 +13,14 @@ import time
 
 import pytest
 
+from hilconform.fixtures.runtime_waits import subscribe_live as subscribe  # noqa: F401 (for the tests)
+
 # Generous deadlines: TCG on a shared 2-core machine. A wait that runs out is a
 # finding against the runtime (RuntimeUnresponsive), not a flake to retry.
 EVENT_TIMEOUT_S = 20.0
 CALL_TIMEOUT_S = 30.0
 SEVERITY_ORDER = {"HEALTHY": 0, "DEGRADED": 1, "FAULTED": 2}
 
-
-def subscribe(runtime) -> int:
-    """Subscribe to live events (idempotent); the client mark to wait after."""
-    runtime.call("subscribe", {})
-    return runtime.mark()
 
 
 def ready_device(host, bdf: str) -> dict:

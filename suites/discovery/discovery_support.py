@@ -9,89 +9,26 @@ Nothing here imports the runtime's parsers.
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass, field
 
 import pytest
 
 from hilconform.fixtures.errors import InfrastructureError
-from hilconform.fixtures.runtime_client import RuntimeUnresponsive
+from hilconform.fixtures.host_protocol import budget  # noqa: F401 (the DISC tests import it from here)
+from hilconform.fixtures.runtime_waits import (  # noqa: F401 (the DISC tests import them from here)
+    COLD_DISCOVERY_TIMEOUT_S,
+    subscribe_from_start,
+    wait_boot_self_checks,
+    wait_discovered,
+    wait_removed,
+    wait_self_check_end,
+)
 
-COLD_DISCOVERY_TIMEOUT_S = 60.0
-DISCOVERED_TIMEOUT_S = 20.0
-SETTLE_TIMEOUT_S = 30.0
-SETTLE_SLICE_S = 2.0  # how often a settle wait looks for a guest-side removal
-REMOVED_TIMEOUT_S = 30.0
 BDF_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-
-
-# -- runtime event helpers -----------------------------------------------------------------------
-
-def subscribe_from_start(runtime) -> int:
-    """Subscribe with replay of the runtime's retained history; returns the client mark before it."""
-    mark = runtime.mark()
-    runtime.call("subscribe", {"since_seq": 0})
-    return mark
 
 
 def ms_between(start_ns: int, end_ns: int) -> float:
     return (end_ns - start_ns) / 1e6
-
-
-def wait_discovered(runtime, bdf: str, after: int, timeout_s: float = DISCOVERED_TIMEOUT_S) -> dict:
-    return runtime.wait_event("discovered", after, timeout_s, match=lambda d: d["device"] == bdf,
-                              what=f"discovered {bdf}")
-
-
-def wait_settled(runtime, bdf: str, after: int, timeout_s: float = SETTLE_TIMEOUT_S) -> dict:
-    """The end of the device's hot-add self-check (procedure hot_add, step end).
-
-    A test-bed race is told apart from a runtime that never ends its self-check: QEMU signals a
-    native hot-add with presence detect *and* an attention button press; a guest that handles
-    the link-up first takes the button for a power-off request ("Powering off due to button
-    press") and the device leaves before the test asked. Then this raises InfrastructureError."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return runtime.wait_event(
-                "procedure", after, min(SETTLE_SLICE_S, max(0.0, deadline - time.monotonic())),
-                match=lambda d: d["device"] == bdf and d["procedure"] == "hot_add" and d["step"] == "end",
-                what=f"hot-add self-check of {bdf} ends")
-        except RuntimeUnresponsive:
-            _raise_if_guest_pressed_power_off(runtime, bdf, after)
-            if time.monotonic() >= deadline:
-                raise RuntimeUnresponsive(
-                    f"runtime event procedure (hot-add self-check of {bdf} ends) did not arrive "
-                    f"within {timeout_s:.1f}s") from None
-
-
-def _raise_if_guest_pressed_power_off(runtime, bdf: str, after: int) -> None:
-    slots = {e["data"]["info"].get("slot") for e in runtime.events(after, "discovered")
-             if e["data"]["device"] == bdf}
-    presses = [e["data"] for e in runtime.events(after, "kernel")
-               if e["data"].get("kind") == "button_power_off" and e["data"].get("slot") in slots]
-    if presses:
-        raise InfrastructureError(
-            f"hot-add of {bdf}: the guest took QEMU's hot-plug attention button for a power-off "
-            f"request (pciehp handled the link-up first; kernel: {presses[0].get('line', '')!r}), so "
-            "the device left before the test removed it: the add is void, not a verdict")
-
-
-def wait_boot_self_checks(runtime, timeout_s: float = SETTLE_TIMEOUT_S) -> list[str]:
-    """Wait until every device of the last cold discovery ended its self-check; returns their BDFs.
-
-    Replays the runtime's history, so call it on a runtime whose boot events are retained
-    (a fresh host, or right after a restart).
-    """
-    mark = subscribe_from_start(runtime)
-    done = runtime.wait_event("inventory_complete", mark, timeout_s, what="cold discovery (replayed)")
-    bdfs = done["data"]["bdfs"]
-    for bdf in bdfs:
-        runtime.wait_event("procedure", mark, timeout_s,
-                           match=lambda d, bdf=bdf: (d["device"] == bdf and d["procedure"] == "hot_add"
-                                                     and d["entry"] == "boot" and d["step"] == "end"),
-                           what=f"boot self-check of {bdf} ends")
-    return bdfs
 
 
 def guest_quiet(host, bdf: str | None = None, timeout_s: float = 20.0) -> None:
@@ -124,9 +61,6 @@ def guest_quiet(host, bdf: str | None = None, timeout_s: float = 20.0) -> None:
                                   f"{timeout_s:.0f}s")
 
 
-def wait_removed(runtime, bdf: str, after: int, timeout_s: float = REMOVED_TIMEOUT_S) -> dict:
-    return runtime.wait_event("removed", after, timeout_s, match=lambda d: d["device"] == bdf,
-                              what=f"removed {bdf}")
 
 
 # -- ground truth: QEMU (query-pci) --------------------------------------------------------------
@@ -368,15 +302,6 @@ def guest_monotonic_ns_of_process_start(host, pid: int) -> int:
 
 
 # -- profile ---------------------------------------------------------------------------------------
-
-def budget(host, key: str) -> float:
-    """A figure of the profile's [budgets] table; a profile without it is a test-bed error."""
-    try:
-        return float(host.profile.budgets[key])
-    except KeyError:
-        raise InfrastructureError(f"profile {host.profile.name!r} ({host.profile.source}) has no "
-                                  f"[budgets] key {key!r}") from None
-
 
 def empty_slots(host) -> list:
     return [s for s in host.profile.slots if not s.populated]

@@ -21,7 +21,7 @@ from discovery_support import (
     wait_boot_self_checks,
     wait_discovered,
     wait_removed,
-    wait_settled,
+    wait_self_check_end,
 )
 
 pytestmark = [pytest.mark.clause("DISC-02"), pytest.mark.destructive, pytest.mark.slow]
@@ -43,7 +43,7 @@ def _hot_add_latencies_ms(host, count: int) -> list[float]:
         data = event["data"]
         assert data["cause"] == "hot_add", f"discovered {added.bdf} with cause {data['cause']!r}"
         assert (data["info"]["vendor_id"], data["info"]["device_id"]) == (kind.vendor, kind.device)
-        wait_settled(runtime, added.bdf, mark)
+        wait_self_check_end(runtime, added.bdf, mark)
         guest_quiet(host, added.bdf)
         mark = runtime.mark()
         host.remove(added.device_id)

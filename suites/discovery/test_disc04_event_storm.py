@@ -45,7 +45,7 @@ from discovery_support import (
     wait_boot_self_checks,
     wait_discovered,
     wait_removed,
-    wait_settled,
+    wait_self_check_end,
 )
 
 from hilconform.fixtures.errors import InfrastructureError
@@ -153,7 +153,7 @@ def test_a_storm_into_every_empty_slot_is_one_batch_each_discovered_in_time(host
                 what="the topology rebuild of the storm's batch",
             )
             for bdf in bdfs:
-                wait_settled(runtime, bdf, mark)
+                wait_self_check_end(runtime, bdf, mark)
         finally:
             seen = witness.stop()
         listed = {d["device"] for d in runtime.call("inventory")["devices"]}

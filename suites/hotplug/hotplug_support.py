@@ -12,10 +12,12 @@ from __future__ import annotations
 import pytest
 
 from hilconform.fixtures.errors import InfrastructureError, WaitTimeout
+from hilconform.fixtures.host_protocol import budget  # noqa: F401 (the HP tests import it from here)
 from hilconform.fixtures.runtime_client import RuntimeCallError
+from hilconform.fixtures.runtime_waits import subscribe_live as subscribe  # noqa: F401 (for the HP tests)
+from hilconform.fixtures.runtime_waits import wait_self_check_end
 
 HOT_ADD_END_TIMEOUT_S = 30.0  # device_add -> self-check end: ~0.5-2 s on TCG, steps retry up to 3 s each
-REMOVED_TIMEOUT_S = 30.0
 DEVICE_DELETED_TIMEOUT_S = 20.0  # the runtime's slot power-off -> QEMU DEVICE_DELETED: ~1.1 s
 # The runtime answers `remove` when its procedure ends: drain (<= 300 ms), maybe a reset
 # (reset_timeout_ms 5 s, longer while a stuck nvme freezes the VM), power-off (<= 4 s).
@@ -27,13 +29,6 @@ HOT_ADD_ORDER = ("link_active", "firmware", "mmio", "interrupts", "join_pool")
 
 # -- profile ----------------------------------------------------------------------------------
 
-def budget(host, key: str) -> float:
-    """A figure of the profile's [budgets] table; a profile without it is a test-bed error."""
-    try:
-        return float(host.profile.budgets[key])
-    except KeyError:
-        raise InfrastructureError(f"profile {host.profile.name!r} has no [budgets] key {key!r} "
-                                  "(needed by the HP suite)") from None
 
 
 def empty_slot(host):
@@ -87,12 +82,6 @@ def inventory_mismatch(host) -> str | None:
 
 
 # -- runtime events ---------------------------------------------------------------------------
-
-def subscribe(runtime) -> int:
-    """Subscribe to live events; the mark to wait after."""
-    runtime.call("subscribe", {})
-    return runtime.mark()
-
 
 def wait_procedure_end(runtime, bdf: str, procedure: str, after: int,
                        timeout_s: float) -> dict:
@@ -200,7 +189,7 @@ def allocate(runtime, bdf: str, holder: str) -> dict:
         raise AssertionError(f"allocate {bdf} refused before the test could start: {exc}") from None
 
 
-def wait_settled(host, bdf: str, timeout_s: float = HOT_ADD_END_TIMEOUT_S) -> dict:
+def settled_record(host, bdf: str, timeout_s: float = HOT_ADD_END_TIMEOUT_S) -> dict:
     """The device's record once its self-check (boot or hot-add) has ended."""
     runtime = host.runtime
     host.settled_inventory()
@@ -208,7 +197,7 @@ def wait_settled(host, bdf: str, timeout_s: float = HOT_ADD_END_TIMEOUT_S) -> di
     if record["busy"] == "hot_add":
         mark = runtime.mark()
         runtime.call("subscribe", {"since_seq": 0})  # replays the history: an end already sent counts
-        wait_procedure_end(runtime, bdf, "hot_add", mark, timeout_s)
+        wait_self_check_end(runtime, bdf, mark, timeout_s)
         record = runtime.call("device", {"device": bdf})
     return record
 

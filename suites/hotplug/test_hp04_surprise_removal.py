@@ -33,9 +33,9 @@ from hotplug_support import (
     expected_managed,
     inventory_mismatch,
     pull_slot_power,
+    settled_record,
     subscribe,
     wait_device_deleted,
-    wait_settled,
 )
 
 from hilconform.fixtures.errors import InfrastructureError
@@ -51,7 +51,7 @@ def test_surprise_removal_revokes_and_keeps_serving(host_factory):
     host.settled_inventory()
     slot = next(s for s in host.profile.slots if s.populated)
     bdf = host.target_bdf(slot.name)
-    wait_settled(host, bdf)
+    settled_record(host, bdf)
     lease = allocate(runtime, bdf, "hp04-holder")
     if host.profile.kind(slot.device).queue == "nbd":
         host.workload.start_reads(slot.name)  # work in flight when it goes (nvme stand-ins)

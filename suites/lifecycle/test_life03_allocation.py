@@ -371,7 +371,8 @@ def test_a_device_in_error_recovery_is_never_allocated(host):
     runtime = host.runtime
     subscribe_live(runtime)
     settled_inventory(runtime)
-    wait_state(runtime, host.target_bdf(slots[0]), {"HEALTHY"})
+    assert _healthy_slot(host, runtime, slots, HEALTHY_AGAIN_S) is not None, (
+        f"precondition: none of the aer-fatal targets {slots} is HEALTHY")
     observations: list[_Observation] = []
     order = slots[:]
     while len(observations) < OBSERVATIONS:

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import time
 
+from hilconform.fixtures.runtime_waits import subscribe_live as subscribe  # noqa: F401 (for the tests)
+
 EVENT_TIMEOUT_S = 20.0
 CALL_TIMEOUT_S = 30.0
-
-
-def subscribe(runtime) -> int:
-    runtime.call("subscribe", {})
-    return runtime.mark()
 
 
 def device_when_settled(host, bdf: str, timeout_s: float = EVENT_TIMEOUT_S) -> dict:

@@ -1,19 +1,15 @@
-"""DISC's settle wait tells a hot-add the guest undid itself (QEMU's attention button taken for a
-power-off request) from a runtime whose self-check never ends: the first is a test-bed error
-(InfrastructureError, within a slice), the second a timeout naming what was awaited."""
+"""The self-check wait (fixtures/runtime_waits.py, every suite's) tells a hot-add the guest
+undid itself (QEMU's attention button taken for a power-off request) from a runtime whose
+self-check never ends: the first is a test-bed error (InfrastructureError, within a slice),
+the second a timeout naming what was awaited."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
+from hilconform.fixtures import runtime_waits
 from hilconform.fixtures.errors import InfrastructureError
 from hilconform.fixtures.runtime_client import RuntimeUnresponsive
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "suites" / "discovery"))
-import discovery_support  # noqa: E402
 
 BDF = "0000:03:00.0"
 
@@ -45,11 +41,11 @@ def _power_off(slot: str) -> dict:
 def test_a_guest_power_off_of_the_added_slot_voids_the_add_at_the_first_slice():
     runtime = _Runtime([_discovered("3"), _power_off("3")])
     with pytest.raises(InfrastructureError, match="attention button"):
-        discovery_support.wait_settled(runtime, BDF, 0, timeout_s=30)
+        runtime_waits.wait_self_check_end(runtime, BDF, 0, timeout_s=30)
     assert runtime.waits == 1
 
 
 def test_a_power_off_elsewhere_leaves_a_plain_timeout():
     runtime = _Runtime([_discovered("3"), _power_off("4")])
     with pytest.raises(RuntimeUnresponsive, match=f"hot-add self-check of {BDF} ends"):
-        discovery_support.wait_settled(runtime, BDF, 0, timeout_s=0.1)
+        runtime_waits.wait_self_check_end(runtime, BDF, 0, timeout_s=0.1)
