@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from hilconform.fixtures.runtime_waits import healthy_targets  # noqa: F401 (for the tests)
 from hilconform.fixtures.runtime_waits import subscribe_live as subscribe  # noqa: F401 (for the tests)
 
 # Generous deadlines: TCG on a shared 2-core machine. A wait that runs out is a

@@ -14,6 +14,7 @@ from aer_support import (
     aer_policy,
     expected_state,
     health_transitions,
+    healthy_targets,
     ready_device,
     require_kernel_recovery,
     resets_of,
@@ -28,7 +29,7 @@ from aer_support import (
 @pytest.mark.destructive
 @pytest.mark.needs("aer-nonfatal")
 def test_aer01_nonfatal_error_counted_recovered_state_per_policy(host, measurements):
-    slot = host.targets("aer-nonfatal")[0]
+    slot, _ = healthy_targets(host, "aer-nonfatal")[0]
     bdf = host.target_bdf(slot)
     runtime = host.runtime
     before = ready_device(host, bdf)

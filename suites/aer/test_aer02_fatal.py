@@ -21,6 +21,7 @@ from aer_support import (
     config_lost,
     expected_state,
     health_transitions,
+    healthy_targets,
     ready_device,
     resets_of,
     settle_state,
@@ -49,7 +50,7 @@ def _link_resets(host, port_bdf: str) -> int:
 @pytest.mark.destructive
 @pytest.mark.needs("aer-fatal")
 def test_aer02_fatal_error_link_reset_then_recovered_or_faulted(host, measurements):
-    slot = host.targets("aer-fatal")[0]
+    slot, _ = healthy_targets(host, "aer-fatal")[0]
     bdf = host.target_bdf(slot)
     runtime = host.runtime
     before = ready_device(host, bdf)

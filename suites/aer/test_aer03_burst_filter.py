@@ -28,6 +28,7 @@ from aer_support import (
     aer_policy,
     burst_size,
     errors_to_reset,
+    healthy_targets,
     ready_device,
     require_kernel_recovery,
     reset_runs,
@@ -62,7 +63,7 @@ def test_aer03_burst_does_not_reset_sustained_rate_does(host, measurements):
     assert errors_to_reset(policy) < SUSTAINED_MAX, (
         f"declared policy {policy} needs {errors_to_reset(policy)} errors to reset; a sustained "
         f"rate of {SUSTAINED_MAX} errors must reset")
-    burst_slot, rate_slot = slots[0], slots[1]
+    (burst_slot, _), (rate_slot, _) = healthy_targets(host, "aer-nonfatal", 2)
     burst_bdf, rate_bdf = host.target_bdf(burst_slot), host.target_bdf(rate_slot)
     require_kernel_recovery(ready_device(host, burst_bdf))
     require_kernel_recovery(ready_device(host, rate_bdf))

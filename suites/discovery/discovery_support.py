@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from hilconform.fixtures.errors import InfrastructureError
-from hilconform.fixtures.host_protocol import budget  # noqa: F401 (the DISC tests import it from here)
+from hilconform.fixtures.host_protocol import (
+    budget,  # noqa: F401 (the DISC tests import it from here)
+    ms_to_event,
+)
 from hilconform.fixtures.runtime_waits import (  # noqa: F401 (the DISC tests import them from here)
     COLD_DISCOVERY_TIMEOUT_S,
     subscribe_from_start,
@@ -24,6 +27,7 @@ from hilconform.fixtures.runtime_waits import (  # noqa: F401 (the DISC tests im
     wait_self_check_end,
 )
 
+REMOVED_CAUSES = {"hot_remove", "surprise", "vanished"}  # docs/protocol.md, event `removed`
 BDF_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
@@ -61,6 +65,61 @@ def guest_quiet(host, bdf: str | None = None, timeout_s: float = 20.0) -> None:
                                   f"{timeout_s:.0f}s")
 
 
+
+
+def node_driver(host, bdf: str) -> str | None:
+    """The driver the node's kernel has bound to `bdf` (sysfs `driver` link), None when none."""
+    if not BDF_RE.match(bdf):
+        raise ValueError(f"not a PCI address: {bdf!r}")
+    link = host.run(["readlink", f"/sys/bus/pci/devices/{bdf}/driver"], timeout_s=20)
+    return link.stdout.strip().rsplit("/", 1)[-1] if link.exit_code == 0 and link.stdout.strip() else None
+
+
+BROUGHT_BACK = 3  # devices taken away without warning and brought back, on any host
+
+
+def remove_and_bring_back(host, count: int = BROUGHT_BACK) -> list[tuple[float, float]]:
+    """Take up to `count` devices away without warning, one after the other, and bring each back
+    (any host offering surprise-removal and hot-add); (removed ms, discovered ms) per device.
+
+    Each figure runs from the host's record of the request to the runtime's event, on one clock
+    (`ms_to_event`). Checked: `removed` with a removal cause, gone from the inventory and the
+    latest topology; `discovered` with cause hot_add and the same IDs, its self-check ended
+    HEALTHY and in the pool, the driver it had bound again (the host is left as found).
+    """
+    runtime = host.runtime
+    wait_boot_self_checks(runtime)
+    figures = []
+    for target in host.targets("surprise-removal")[:count]:
+        bdf = host.target_bdf(target)
+        before = runtime.call("device", {"device": bdf})
+        driver = node_driver(host, bdf)
+        guest_quiet(host)
+        mark = runtime.mark()
+        removal = host.get("surprise-removal").remove(target)
+        removed = wait_removed(runtime, bdf, mark)
+        cause = removed["data"]["cause"]
+        assert cause in REMOVED_CAUSES, f"removed {bdf} with cause {cause!r}"
+        assert bdf not in {d["device"] for d in runtime.call("inventory")["devices"]}, (
+            f"{bdf} still in the inventory after `removed`")
+        latest = runtime.events(mark, "topology")
+        assert latest and bdf not in latest[-1]["data"]["devices"], (
+            f"no topology rebuild without {bdf} after its removal: {[t['data'] for t in latest]}")
+        mark = runtime.mark()
+        added = host.get("hot-add").hot_add(target)
+        assert added.bdf == bdf, f"{target} came back at {added.bdf}, not at {bdf}"
+        found = wait_discovered(runtime, bdf, mark)
+        info, was = found["data"]["info"], before["info"]
+        assert found["data"]["cause"] == "hot_add", f"discovered {bdf} with cause {found['data']['cause']!r}"
+        assert (info["vendor_id"], info["device_id"]) == (was["vendor_id"], was["device_id"]), (
+            f"{bdf} came back as {info['vendor_id']}:{info['device_id']}")
+        wait_self_check_end(runtime, bdf, mark)
+        record = runtime.call("device", {"device": bdf})
+        assert record["state"] == "HEALTHY" and record["in_pool"], f"{bdf} after it came back: {record}"
+        assert node_driver(host, bdf) == driver, f"{bdf} came back without its driver {driver}"
+        figures.append((ms_to_event(removal, removed), ms_to_event(added, found)))
+    assert runtime.violations == []
+    return figures
 
 
 # -- ground truth: QEMU (query-pci) --------------------------------------------------------------

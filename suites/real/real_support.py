@@ -1,4 +1,4 @@
-"""Helpers of the real-host suite: link figures from sysfs, REAL-01 findings, runtime waits.
+"""Helpers of the real-host suite: link figures from sysfs, REAL-01 findings.
 
 Readers here share no code with the runtime: the kernel's sysfs (through the
 host's shell) and pciutils are the ground truth the runtime is judged against.
@@ -13,7 +13,6 @@ from pathlib import Path
 LINK_SEVERITY = tomllib.loads(Path(__file__).with_name("real01_link_severity.toml").read_text())
 # sysfs current_link_speed "8.0 GT/s PCIe" -> PCIe generation
 GENERATION_OF_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
-RUNTIME_EVENT_TIMEOUT_S = 30.0
 
 
 def gts(sysfs_speed: str | None) -> float | None:
@@ -96,20 +95,3 @@ def link_disagreement(bdf: str, record: dict, inventory: dict[str, dict]) -> str
 def failing(findings: list[LinkFinding]) -> list[LinkFinding]:
     threshold = severity_rank(LINK_SEVERITY["fail_at"])
     return [f for f in findings if severity_rank(f.severity) >= threshold]
-
-
-def destructive_target(host) -> str:
-    """One device this run may remove or reset (selected, unprotected; the test's `needs` marker has
-    made sure the run may change the host)."""
-    return host.safe_targets()[0]
-
-
-def runtime_record(runtime, bdf: str) -> dict:
-    return runtime.call("device", {"device": bdf})
-
-
-def wait_self_check_end(runtime, bdf: str, after: int) -> dict:
-    return runtime.wait_event(
-        "procedure", after, RUNTIME_EVENT_TIMEOUT_S,
-        match=lambda d: d["device"] == bdf and d["procedure"] == "hot_add" and d["step"] == "end",
-        what=f"self-check of {bdf} ends")

@@ -6,37 +6,18 @@ two suites do not import each other.
 
 from __future__ import annotations
 
-import time
-
+from hilconform.fixtures.runtime_waits import device_when_idle as device_when_settled  # noqa: F401
+from hilconform.fixtures.runtime_waits import healthy_targets
 from hilconform.fixtures.runtime_waits import subscribe_live as subscribe  # noqa: F401 (for the tests)
 
 EVENT_TIMEOUT_S = 20.0
 CALL_TIMEOUT_S = 30.0
 
 
-def device_when_settled(host, bdf: str, timeout_s: float = EVENT_TIMEOUT_S) -> dict:
-    """The runtime's record of `bdf` once cold discovery and its self-check (or any procedure
-    on it) are over."""
-    inventory = host.settled_inventory()
-    assert bdf in {d["device"] for d in inventory["devices"]}, f"runtime does not manage {bdf}"
-    deadline = time.monotonic() + timeout_s
-    record = host.runtime.call("device", {"device": bdf})
-    while (record["state"] == "DISCOVERED" or record["busy"]) and time.monotonic() < deadline:
-        time.sleep(0.1)  # bounded by the deadline
-        record = host.runtime.call("device", {"device": bdf})
-    return record
-
-
 def healthy_device(host, capability: str) -> tuple[str, str, dict]:
-    """(slot, bdf, record) of the first populated slot with `capability` whose device is HEALTHY."""
-    seen = {}
-    for slot in host.targets(capability):
-        bdf = host.target_bdf(slot)
-        record = device_when_settled(host, bdf)
-        if record["state"] == "HEALTHY" and not record["lease"]:
-            return slot, bdf, record
-        seen[bdf] = (record["state"], record["lease"])
-    raise AssertionError(f"precondition: no free HEALTHY device with {capability!r}: {seen}")
+    """(target, bdf, record) of the first target with `capability` whose device is HEALTHY and free."""
+    (target, record), = healthy_targets(host, capability)
+    return target, record["device"], record
 
 
 def health_transitions(runtime, bdf: str, after: int) -> list[dict]:

@@ -62,8 +62,8 @@ MUST_PASS_DESTRUCTIVE = (
     "test_aer01_nonfatal_error_counted_recovered_state_per_policy",
     "test_aer02_fatal_error_link_reset_then_recovered_or_faulted",
     "test_rst01_requested_reset_of_healthy_device_within_budget",
-    "test_sysfs_removal_is_detected_within_budget",
-    "test_sysfs_rescan_discovery_within_budget",
+    "test_removal_without_warning_is_detected_on_any_host",
+    "test_a_device_brought_back_is_discovered_on_any_host",
 )
 
 
@@ -86,6 +86,8 @@ def test_destructive_suites_pass_and_every_device_comes_back(stand_in, tmp_path)
     done = run_suites(stand_in, "suites", "-m", "not slow", "--allow-destructive", "--real-journal",
                       str(journal), f"--junitxml={junit}")
     assert done.returncode == 0, outcome(done)
+    properties = {p.get("name"): p.get("value") for p in ElementTree.parse(junit).getroot().iter("property")}
+    assert properties.get("runtime") == "hilconform-reference", properties
     counts = junit_counts(junit)
     assert counts["errors"] == 0 and counts["failures"] == 0, (counts, outcome(done))
     passed = passed_tests(junit)
@@ -99,15 +101,29 @@ def test_destructive_suites_pass_and_every_device_comes_back(stand_in, tmp_path)
     assert devices() == before
 
 
-def test_aer01_through_aer_inject_fails_against_a_runtime_that_breaks_it(stand_in, tmp_path):
-    """The real-host AER path bites: a mutant that takes every recovery as failed fails AER-01 there."""
+# A clause's test run through the real-host backend against a mutant that breaks the clause
+# (tests/mutants/, deployed over SSH with --runtime-module): it must fail there, not pass or error.
+REAL_PATH_MUTANTS = [
+    ("suites/aer/test_aer01_nonfatal.py::test_aer01_nonfatal_error_counted_recovered_state_per_policy",
+     "recovery_taken_as_failed", "FAULTED"),
+    ("suites/discovery/test_disc02_hot_add_latency.py::test_a_device_brought_back_is_discovered_on_any_host",
+     "slow_discovery", "brought_back_discovery"),
+    ("suites/discovery/test_disc05_identity.py::test_fingerprints_survive_a_runtime_restart",
+     "unstable_fingerprint", "fingerprints changed across a runtime restart"),
+]
+
+
+@pytest.mark.parametrize("test, mutant, says", REAL_PATH_MUTANTS, ids=[m for _, m, _ in REAL_PATH_MUTANTS])
+def test_a_mutant_fails_its_clause_through_the_real_host_backend(stand_in, tmp_path, test, mutant, says):
     junit = tmp_path / "junit.xml"
-    done = run_suites(stand_in, "suites/aer/test_aer01_nonfatal.py", "--allow-destructive",
-                      "--runtime-module", "hilconform.tests.mutants.recovery_taken_as_failed",
-                      "--real-journal", str(tmp_path / "journal.jsonl"), f"--junitxml={junit}")
+    done = run_suites(stand_in, test, "--allow-destructive", "--runtime-module",
+                      f"hilconform.tests.mutants.{mutant}", "--real-journal", str(tmp_path / "journal.jsonl"),
+                      f"--junitxml={junit}")
     assert done.returncode == 1, outcome(done)
     assert junit_counts(junit) == {"tests": 1, "failures": 1, "errors": 0, "skipped": 0}, outcome(done)
-    assert "FAULTED" in done.stdout, outcome(done)
+    assert says in done.stdout, outcome(done)
+    properties = {p.get("name"): p.get("value") for p in ElementTree.parse(junit).getroot().iter("property")}
+    assert properties.get("runtime") == mutant, f"the host ran {properties.get('runtime')!r}, not {mutant}"
 
 
 def test_real01_fails_when_the_profile_demands_a_faster_link(stand_in, tmp_path):

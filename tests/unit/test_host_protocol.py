@@ -109,3 +109,32 @@ def test_an_emulated_restart_with_overrides_rewrites_the_guests_config(tmp_path)
     host.vm.runtime_config = "name = 'a config of its own'\n"
     with pytest.raises(InfrastructureError, match="runtime config of its own"):
         host.restart_runtime({"lease_ttl_s": 2.0})
+
+
+def test_hot_plug_records_are_read_on_their_own_clock():
+    from hilconform.emulators.hotplug_records import HotAdd, Removal
+    from hilconform.fixtures.host_protocol import NodeAction, ms_to_event
+
+    event = {"host_ns": 5_000_000_000, "ts_ns": 9_000_000_000}  # controller and node clocks differ
+    assert ms_to_event(NodeAction("0000:3b:00.0", 8_750_000_000), event) == 250.0  # node: ts_ns
+    assert ms_to_event(Removal("gpu0", 4_900_000_000, 4_950_000_000), event) == 100.0  # controller
+    assert ms_to_event(HotAdd("spare0", "spare0-nvme", "0000:05:00.0", 4_800_000_000), event) == 200.0
+    with pytest.raises(TypeError, match="no request time"):
+        ms_to_event(object(), event)
+
+
+def test_a_real_hosts_targets_are_its_safe_selected_devices(tmp_path):
+    from hilconform.fixtures.real_safety import SafetyPolicy, UnsafeTarget
+
+    lab = real(tmp_path, {"aer-inject": True})
+    lab.allow_destructive = True
+    lab.profile = SimpleNamespace(name="a100")
+    selected = frozenset({"0000:3b:00.0", "0000:5e:00.0", "0000:86:00.0"})
+    lab.policy = SafetyPolicy(True, selected, {"0000:86:00.0": ["holds the root file system"]})
+    lab.survey = lambda: {"devices": dict.fromkeys(selected, {})}
+    assert lab.targets("aer-fatal") == ["0000:3b:00.0", "0000:5e:00.0"]
+    assert lab.target_bdf("0000:5e:00.0") == "0000:5e:00.0"
+    with pytest.raises(UnsafeTarget, match="not a device profile a100 selects"):
+        lab.target_bdf("0000:00:02.0")
+    with pytest.raises(CapabilityMissing, match="lacks capability 'reset'"):
+        lab.targets("reset")
