@@ -13,7 +13,10 @@ import time
 
 import pytest
 
-from hilconform.fixtures.runtime_waits import healthy_targets  # noqa: F401 (for the tests)
+from hilconform.fixtures.runtime_waits import (
+    device_when_idle,
+    healthy_targets,  # noqa: F401 (for the tests)
+)
 from hilconform.fixtures.runtime_waits import subscribe_live as subscribe  # noqa: F401 (for the tests)
 
 # Generous deadlines: TCG on a shared 2-core machine. A wait that runs out is a
@@ -25,19 +28,12 @@ SEVERITY_ORDER = {"HEALTHY": 0, "DEGRADED": 1, "FAULTED": 2}
 
 
 def ready_device(host, bdf: str) -> dict:
-    """The runtime's record of `bdf` once cold discovery is complete; it must be HEALTHY to start."""
-    inventory = host.settled_inventory()
-    records = {d["device"]: d for d in inventory["devices"]}
-    assert bdf in records, f"runtime does not manage {bdf} (inventory: {sorted(records)})"
-    deadline = time.monotonic() + EVENT_TIMEOUT_S
-    record = host.runtime.call("device", {"device": bdf})
-    while (record["state"] == "DISCOVERED" or record["busy"]) and time.monotonic() < deadline:
-        time.sleep(0.1)  # its boot self-check still runs; bounded by the deadline
-        record = host.runtime.call("device", {"device": bdf})
+    """The runtime's record of `bdf` once cold discovery and its self-check are over; it must be
+    HEALTHY to start."""
+    record = device_when_idle(host, bdf, EVENT_TIMEOUT_S)
     assert record["state"] == "HEALTHY", (
         f"precondition: {bdf} should start HEALTHY, runtime says {record['state']} "
         f"(cause {record['last_cause']})")
-
     return record
 
 
