@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from transition_checker import TransitionChecker
 
+from hilconform.fixtures import runtime_waits
 from hilconform.fixtures.errors import InfrastructureError
 from hilconform.fixtures.runtime_client import RuntimeCallError, RuntimeUnresponsive
 
@@ -57,8 +58,7 @@ def subscribe_from_start(runtime) -> tuple[TransitionChecker, int]:
 
 def subscribe_live(runtime) -> tuple[TransitionChecker, int]:
     """Make sure the client is subscribed (live events); a checker for what follows the mark."""
-    runtime.call("subscribe", {})
-    mark = runtime.mark()
+    mark = runtime_waits.subscribe_live(runtime)
     return TransitionChecker(runtime.call("transitions"), complete_history=False), mark
 
 
