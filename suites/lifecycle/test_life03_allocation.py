@@ -252,10 +252,13 @@ def test_allocating_a_device_that_is_not_healthy_is_refused(host_factory):
     assert_leases_consistent(runtime)
 
 
-PROBE_EVERY_S = 0.01
+PROBE_EVERY_S = 0.01  # each prober's pause between one answer (and its release) and its next ask
+PROBERS = 2  # sequential probers, staggered: one held up in the runtime does not stop the other
 REACTION_MS = 100.0  # how long after the kernel logs the error a runtime may take to hear of it (TCG, loaded)
-MIN_JUDGED = 3  # allocate requests that must fall inside the judged window for a verdict
-MAX_ASKS = 800  # the probe's bound (8 s of requests)
+MIN_JUDGED = 3  # answers on the device's health (not DEVICE_BUSY) that must fall inside the judged window
+MAX_ASKS = 400  # each prober's bound
+PROBE_START_MS = REACTION_MS + 20.0  # the probe's first request, after the injection (host clock)
+RECOVERY_TIMEOUT_S = 20.0  # the kernel's recovery line after a fatal error (a switch's takes ~1.2 s)
 OBSERVATIONS = 3  # fatal errors injected at most, one after another, until one window was covered
 HEALTHY_AGAIN_S = 15.0  # how long a device recovered by the kernel may take to be HEALTHY again
 
@@ -276,9 +279,12 @@ class _Observation:
         return [g for g in grants if self.judged_from <= g["granted_ns"] <= self.ended]
 
     def judged(self) -> int:
-        """Requests sent inside the judged window (a grant is judged by its granted_ns)."""
-        return sum(1 for sent, _, _ in self.answers
-                   if self.judged_from <= sent - self.host_minus_runtime <= self.ended)
+        """Answers on the device's health (a grant, or a refusal other than DEVICE_BUSY) to requests
+        sent inside the judged window. DEVICE_BUSY does not count: it says the device was held (by
+        the other prober's lease, or its allocate still in flight), not whether it may be granted."""
+        return sum(1 for sent, _, a in self.answers
+                   if self.judged_from <= sent - self.host_minus_runtime <= self.ended
+                   and not (isinstance(a, RuntimeCallError) and a.code == "DEVICE_BUSY"))
 
     def summary(self) -> str:
         def at_ms(sent: int) -> int:
@@ -286,52 +292,66 @@ class _Observation:
 
         timeline = [(at_ms(sent), round((replied - sent) / 1e6),
                      a.code if isinstance(a, RuntimeCallError) else "granted")
-                    for sent, replied, a in self.answers]
-        return (f"{self.bdf}: {self.judged()} of {len(self.answers)} requests inside the kernel's "
+                    for sent, replied, a in sorted(self.answers, key=lambda answer: answer[0])]
+        return (f"{self.bdf}: {self.judged()} of {len(self.answers)} requests judged inside the kernel's "
                 f"{(self.ended - self.began) / 1e6:.0f} ms recovery window (ms after the error line, "
                 f"round trip ms, answer: {timeline})")
 
 
 def _observe_fatal_recovery(host, runtime, slot: str) -> _Observation:
-    """Inject a fatal error above `slot`'s device while allocate requests for it go out every
-    PROBE_EVERY_S, each on its own thread (a request the runtime holds up must not hold up the
-    next); a lease granted before the window is released at once (the probe goes on)."""
+    """Inject a fatal error above `slot`'s device; from PROBE_START_MS after the injection,
+    PROBERS threads ask to allocate the device, each one request at a time: a grant is released
+    (and the release answered) before that prober asks again.
+
+    Nothing is asked before PROBE_START_MS: a lease the probe held (or the release checkpoint
+    after it) when the window opened would hide whether the device may be granted inside it.
+    PROBE_START_MS is REACTION_MS plus the time the error takes to reach the guest's kernel
+    (~15 ms), so the first request lands at the start of the judged window."""
     bdf = host.target_bdf(slot)
     offset_ns = kernel_minus_monotonic_ns(host)
     log_start = kernel_log_lines(host)[-1][0]
-    stop = threading.Event()
+    go, stop = threading.Event(), threading.Event()
     answers: list[tuple[int, int, dict | RuntimeCallError]] = []  # (host sent, host replied, answer)
 
-    def ask() -> None:
-        sent = time.monotonic_ns()
-        try:
-            answer = runtime.call("allocate", {"device": bdf, "holder": "life03-probe", "ttl_s": TTL_S})
-        except RuntimeCallError as exc:
-            answer = exc
-        answers.append((sent, time.monotonic_ns(), answer))
-        if isinstance(answer, dict):  # granted before (or after) the window: free it for the next ask
-            refused(lambda: runtime.call("release", {"lease": answer["lease"]}))
-
-    def probe() -> None:  # one request every PROBE_EVERY_S, none waiting for another's answer
-        askers = []
-        while not stop.is_set() and len(askers) < MAX_ASKS:
-            askers.append(threading.Thread(target=ask, daemon=True))
-            askers[-1].start()
+    def probe(stagger_s: float) -> None:
+        if not go.wait(60):
+            return
+        stop.wait(stagger_s)
+        for _ in range(MAX_ASKS):
+            if stop.is_set():
+                return
+            sent = time.monotonic_ns()
+            try:
+                answer = runtime.call("allocate", {"device": bdf, "holder": "life03-probe", "ttl_s": TTL_S})
+            except RuntimeCallError as exc:
+                answer = exc
+            answers.append((sent, time.monotonic_ns(), answer))
+            if isinstance(answer, dict):
+                lease = answer["lease"]
+                refused(lambda: runtime.call("release", {"lease": lease}))  # noqa: B023 (called at once)
             stop.wait(PROBE_EVERY_S)
-        for asker in askers:
-            asker.join(30)
 
-    prober = threading.Thread(target=probe, name="life03-probe", daemon=True)
-    prober.start()
+    probers = [threading.Thread(target=probe, args=(i * PROBE_EVERY_S / PROBERS,),
+                                name=f"life03-probe-{i}", daemon=True) for i in range(PROBERS)]
+    for prober in probers:
+        prober.start()
     try:
-        fault = host.get("aer-fatal").aer_fatal(slot, wait_recovery=True)
-        time.sleep(0.2)  # the probe goes on a little past the recovery line
+        fault = host.get("aer-fatal").aer_fatal(slot)
+        stop.wait(max(0.0, (fault.injected_ns + PROBE_START_MS * 1e6 - time.monotonic_ns()) / 1e9))
+        go.set()
+        port_bdf = fault.details["port_bdf"]
+        deadline = time.monotonic() + RECOVERY_TIMEOUT_S
+        while (window := kernel_recovery_window(host, port_bdf, log_start)) is None:
+            if time.monotonic() > deadline:
+                raise InfrastructureError(
+                    f"the guest kernel logged no AER recovery at {port_bdf} within {RECOVERY_TIMEOUT_S} s")
+            stop.wait(0.05)
+        stop.wait(0.2)  # the probe goes on a little past the recovery line
     finally:
+        go.set()
         stop.set()
-        prober.join(60)
-    window = kernel_recovery_window(host, fault.details["port_bdf"], log_start)
-    if window is None:
-        raise InfrastructureError(f"the guest kernel logged no AER recovery at {fault.details['port_bdf']}")
+        for prober in probers:
+            prober.join(60)
     # the host clock mapped onto the runtime's through its event stream: least host receipt - ts_ns
     host_minus_runtime = min(e["host_ns"] - e["ts_ns"] for e in runtime.events(0))
     began, ended, outcome = window
@@ -358,14 +378,18 @@ def test_a_device_in_error_recovery_is_never_allocated(host):
     """From the moment the kernel logs an uncorrectable error above a device until its recovery
     ends, the device is not HEALTHY: an allocate is refused, however it is timed.
 
-    A fatal error is injected at the root port above a HEALTHY device while allocate requests for
-    it go out every 10 ms. The kernel's window comes from the guest's own log (the error line and
-    the recovery line, printk time), mapped onto the runtime's clock (CLOCK_MONOTONIC) by a marker
-    written into /dev/kmsg; no lease may be granted from REACTION_MS after the error line until the
-    recovery line. A window is judged only if MIN_JUDGED requests were sent inside it; a window the
-    probe missed (a kernel recovery of 150 ms, a host stall) is observed again with another fatal
-    error (the next aer-fatal slot whose device is HEALTHY), up to OBSERVATIONS times, then the
-    test bed is reported broken. Every observed window is judged, covered or not.
+    A fatal error is injected at the root port above a HEALTHY device; from PROBE_START_MS after
+    it, two probers ask to allocate the device, one request at a time each (a grant is released
+    before its prober asks again), until past the kernel's recovery line.
+    The kernel's window comes from the guest's own log (the error line and the recovery line,
+    printk time), mapped onto the runtime's clock (CLOCK_MONOTONIC) by a marker written into
+    /dev/kmsg; no lease may be granted from REACTION_MS after the error line until the recovery
+    line. A window is judged only if MIN_JUDGED requests sent inside it were answered on the
+    device's health (granted, or refused other than DEVICE_BUSY: the other prober's lease or
+    request in flight); a window the probe missed (a kernel recovery of 150 ms, a host stall) is
+    observed again with another fatal error (the next aer-fatal slot whose device is HEALTHY), up
+    to OBSERVATIONS times, then the test bed is reported broken. Every observed window is judged,
+    covered or not.
     """
     slots = host.targets("aer-fatal")
     runtime = host.runtime
@@ -390,6 +414,7 @@ def test_a_device_in_error_recovery_is_never_allocated(host):
         odd = [a for a in refusals if a.code not in ("NOT_HEALTHY", "DEVICE_BUSY")]
         assert not odd, f"allocate of {seen.bdf} refused with unexpected errors: {odd[:3]}"
         if seen.judged() >= MIN_JUDGED:
+            print(seen.summary())  # the timeline, for -rP and the report's captured output
             return
         order = order[1:] + order[:1]  # the next slot first: this one's device is still recovering
     raise InfrastructureError(
