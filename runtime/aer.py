@@ -94,6 +94,7 @@ class DeviceAer:
         self.filter = BurstFilter(policy.half_life_s)
         self.counts = {sev: 0 for sev in SEVERITIES}
         self.recovering_since_ns: int | None = None
+        self.recovering_severity: str | None = None  # what the kernel's error line named, if it did
         self._unexplained: list[tuple[int, str]] = []  # (ns, severity) not yet tied to a recovery
         self.last_reset_ns: int | None = None
 
@@ -106,21 +107,40 @@ class DeviceAer:
             del self._unexplained[:-64]
         self.filter.add(count * float(self.policy.weights.get(severity, 0.0)), now_ns)
 
-    def begin_recovery(self, now_ns: int) -> None:
+    def begin_recovery(self, now_ns: int, severity: str | None = None) -> None:
         self.recovering_since_ns = now_ns
+        self.recovering_severity = severity
 
-    def end_recovery(self, now_ns: int) -> str:
-        """Close the episode: the severity of the uncorrectable errors counted since
-        shortly before it began ("fatal" wins). An episode with no counted error
-        (counters missing or not yet visible) counts as one non-fatal."""
+    def learn_severity(self, severity: str) -> None:
+        """The kernel's line named the open episode's severity (it came after udev opened it)."""
+        if self.recovering_since_ns is not None and self.recovering_severity != "fatal":
+            self.recovering_severity = severity
+
+    def end_recovery(self, now_ns: int) -> tuple[str, str | None]:
+        """Close the episode: (the severity of the uncorrectable errors counted since shortly
+        before it began, "fatal" winning; the severity counted now because no counter showed the
+        episode's error, else None).
+
+        An episode no counter showed counts once, with the severity the kernel's error line
+        named, else as non-fatal. The kernel's line is the only count of a fatal error an endpoint
+        reports itself: for a fatal error the kernel does not read the endpoint's AER registers
+        (the link is presumed down; "type=Inaccessible"), so its aer_dev_fatal does not grow, nor
+        do the port's aer_dev_* (the port was not the source)."""
         since = (self.recovering_since_ns or now_ns) - EPISODE_LOOKBACK_NS
         episode = {sev for ns, sev in self._unexplained if ns >= since}
-        if not episode:
-            self.record("nonfatal", 1, now_ns)
-            episode = {"nonfatal"}
+        named = self.recovering_severity
+        uncounted = None
+        if named is not None and not episode & {named, "fatal"}:
+            uncounted = named  # the line named an error no counter showed (nor a worse one)
+        elif not episode:
+            uncounted = "nonfatal"
+        if uncounted is not None:
+            self.record(uncounted, 1, now_ns)
+            episode.add(uncounted)
         self._unexplained.clear()
         self.recovering_since_ns = None
-        return "fatal" if "fatal" in episode else "nonfatal"
+        self.recovering_severity = None
+        return ("fatal" if "fatal" in episode else "nonfatal"), uncounted
 
     def verdict(self, now_ns: int, recovered: str | None = None) -> Verdict:
         """Health the AER evidence supports now; ``recovered`` is the severity of a

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from . import procedures
-from .aer import totals
+from .aer import SEVERITIES, totals
 from .device_table import Device
 from .discovery import PciChange
 from .own_resources import Inconclusive
@@ -99,11 +99,14 @@ class HealthWatch:
         recovery ended, the device is not HEALTHY for allocation (LIFE-03). The first signal wins:
         the kernel log's error line comes before udev's BEGIN_RECOVERY, which the kernel sends
         only once it is done resetting."""
+        severity = detail.get("severity") if source == "kernel_log" else None
         if dev.aer.recovering_since_ns is not None:
+            if severity is not None:
+                dev.aer.learn_severity(severity)
             return
         if source == "kernel_log" and now_ns - dev.recovery_ended_ns < LATE_ERROR_LINE_NS:
             return  # the kernel's line of an episode its uevents already opened and closed
-        dev.aer.begin_recovery(now_ns)
+        dev.aer.begin_recovery(now_ns, severity)
         self.emit("aer", {"device": dev.bdf, "kind": "begin_recovery", "source": source, **detail})
 
     def _end_recovery(self, bdf: str, successful: bool, source: str, online: bool | None = None) -> None:
@@ -128,8 +131,17 @@ class HealthWatch:
             if self.devices.get(bdf) is not dev or dev.gone or dev.aer.recovering_since_ns is None:
                 return
             began = dev.aer.recovering_since_ns
-            severity = dev.aer.end_recovery(now)
+            named = dev.aer.recovering_severity
+            severity, uncounted = dev.aer.end_recovery(now)
             dev.recovery_ended_ns = now
+            if uncounted is not None:  # no counter showed the episode's error: it counts once here
+                self.emit("aer", {
+                    "device": bdf,
+                    "kind": "counted",
+                    "source": "kernel_log" if named else "recovery",  # the line's severity, or assumed
+                    "delta": {sev: int(sev == uncounted) for sev in SEVERITIES},
+                    **dev.aer.to_dict(now),
+                })
             detail = {"device": bdf, "severity": severity, "source": source, **dev.aer.to_dict(now)}
             if online is not None:
                 detail["online"] = online

@@ -29,7 +29,8 @@ def test_a_degraded_or_held_device_is_passed_over():
     assert [t for t, _ in chosen] == ["0000:03:00.0", "0000:04:00.0"]
 
 
-def test_too_few_is_a_precondition_naming_the_others():
+def test_too_few_skips_naming_the_others():
     host = _host({"0000:01:00.0": ("DEGRADED", None), "0000:03:00.0": ("HEALTHY", None)})
-    with pytest.raises(AssertionError, match=r"2 HEALTHY free device\(s\).*1 found.*0000:01:00.0.*DEGRADED"):
+    expected = r"2 HEALTHY free device\(s\).*1 found.*0000:01:00.0.*DEGRADED"
+    with pytest.raises(pytest.skip.Exception, match=expected):
         healthy_targets(host, "aer-nonfatal", 2)

@@ -52,8 +52,8 @@ def test_recovered_nonfatal_follows_policy(policy_state, expected):
     aer = DeviceAer(AerPolicy(nonfatal_recovered=policy_state))
     aer.begin_recovery(0)
     aer.record("nonfatal", 1, 0)
-    severity = aer.end_recovery(S)
-    assert severity == "nonfatal"
+    severity, uncounted = aer.end_recovery(S)
+    assert (severity, uncounted) == ("nonfatal", None)
     assert aer.verdict(S, recovered=severity).health == expected
 
 
@@ -61,18 +61,45 @@ def test_error_counted_just_before_the_recovery_belongs_to_it():
     aer = DeviceAer(POLICY)
     aer.record("fatal", 1, 0)  # the kernel log line made us read the counters first
     aer.begin_recovery(S // 2)
-    assert aer.end_recovery(S) == "fatal"
+    assert aer.end_recovery(S) == ("fatal", None)
     assert aer.counts == {"correctable": 0, "nonfatal": 0, "fatal": 1}  # no extra error invented
     aer.record("nonfatal", 1, 30 * S)
     aer.begin_recovery(31 * S)
-    assert aer.end_recovery(31 * S) == "nonfatal"  # the old fatal one was explained already
+    assert aer.end_recovery(31 * S) == ("nonfatal", None)  # the old fatal one was explained already
 
 
 def test_recovery_without_a_counted_error_counts_one():
     aer = DeviceAer(POLICY)
     aer.begin_recovery(0)
-    assert aer.end_recovery(S) == "nonfatal"
+    assert aer.end_recovery(S) == ("nonfatal", "nonfatal")
     assert aer.counts["nonfatal"] == 1
+
+
+def test_a_fatal_error_no_counter_showed_counts_once_from_the_kernel_line():
+    """An endpoint's own fatal error grows no aer_dev_* counter (the kernel does not read its
+    registers then): the kernel line's severity is the count."""
+    aer = DeviceAer(POLICY)
+    aer.begin_recovery(0, "fatal")
+    assert aer.end_recovery(S) == ("fatal", "fatal")
+    assert aer.counts == {"correctable": 0, "nonfatal": 0, "fatal": 1}
+
+
+def test_the_kernel_line_adds_nothing_a_counter_showed():
+    aer = DeviceAer(POLICY)
+    aer.begin_recovery(0, "nonfatal")
+    aer.record("fatal", 1, S // 2)  # the counters saw worse than the line said
+    assert aer.end_recovery(S) == ("fatal", None)
+    aer.begin_recovery(2 * S, "fatal")
+    aer.record("fatal", 1, 2 * S)
+    assert aer.end_recovery(3 * S) == ("fatal", None)
+    assert aer.counts["fatal"] == 2 and aer.counts["nonfatal"] == 0
+
+
+def test_a_line_read_after_udev_opened_the_window_names_its_severity():
+    aer = DeviceAer(POLICY)
+    aer.begin_recovery(0)  # udev's BEGIN_RECOVERY first
+    aer.learn_severity("fatal")
+    assert aer.end_recovery(S) == ("fatal", "fatal")
 
 
 def test_fatal_episode_wins_and_clear_forgets_weight():
@@ -80,7 +107,7 @@ def test_fatal_episode_wins_and_clear_forgets_weight():
     aer.begin_recovery(0)
     aer.record("nonfatal", 1, 0)
     aer.record("fatal", 1, 0)
-    assert aer.end_recovery(0) == "fatal"
+    assert aer.end_recovery(0) == ("fatal", None)
     assert aer.verdict(0, recovered="fatal").health == "DEGRADED"
     aer.clear()
     assert aer.verdict(0).health == "HEALTHY"
