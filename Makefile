@@ -41,7 +41,7 @@ test: setup setup-test venv image qemu-prefix
 SELF_CHECK_OUT ?= reports/self-check
 SELF_CHECK_HOST ?= emulated:a100-stock
 self-check: setup venv image
-	$(PY) tests/sensitivity/run_sensitivity.py --full --host $(SELF_CHECK_HOST) --out $(SELF_CHECK_OUT)
+	$(PY) -m hilconform.reports.self_check --full --host $(SELF_CHECK_HOST) --out $(SELF_CHECK_OUT)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -30,7 +30,8 @@ from .verdicts import UNFINISHED_OUTCOMES, clause_verdict
 CHECKOUT = Path(__file__).resolve().parent.parent
 SUITES = CHECKOUT / "suites"
 EMULATED_TWINS = "real/test_*_model_*.py"  # real-host clauses checked on emulated device models too
-SELF_CHECK_SCRIPT = CHECKOUT / "tests" / "sensitivity" / "run_sensitivity.py"
+SELF_CHECK_COMMAND = (sys.executable, "-m", "hilconform.reports.self_check")
+MUTANT_CATALOGUE = CHECKOUT / "tests" / "mutants" / "mutants.toml"  # test data of a source checkout
 POLL_S = 0.5
 INTERRUPT_GRACE_S = (
     120.0  # after Ctrl-C, how long pytest may take to end its VMs before SIGTERM, then SIGKILL
@@ -331,10 +332,9 @@ def _signal_group(proc: subprocess.Popen, signum: int) -> None:
 
 
 def _self_check(run: RunFolder, host: str, deadline_s: float) -> dict:
-    """The sensitivity script's contract: `--full --out DIR` writes the suites' mutant sensitivity table."""
+    """The self-check's contract: `--full --out DIR` writes the suites' mutant sensitivity table."""
     argv = [
-        sys.executable,
-        str(SELF_CHECK_SCRIPT),
+        *SELF_CHECK_COMMAND,
         "--full",
         "--out",
         str(run.sensitivity_dir),
@@ -359,7 +359,7 @@ def _self_check(run: RunFolder, host: str, deadline_s: float) -> dict:
         2: "broken: the sensitivity run could not judge",
     }.get(status, "did not finish")
     return {
-        "command": argv[1:],
+        "command": argv[1:],  # without the interpreter's path
         "exit_code": status,
         "summary": summary,
         "files": files,
@@ -380,10 +380,10 @@ def finish(run: RunFolder, sensitivity: dict | None = None) -> dict:
 
 def certify(options: CertifyOptions, out=sys.stdout) -> int:
     paths = _suite_paths(options)
-    if options.self_check and not SELF_CHECK_SCRIPT.is_file():
+    if options.self_check and not MUTANT_CATALOGUE.is_file():
         raise CertifyError(
-            f"--self-check needs {SELF_CHECK_SCRIPT} (a source checkout with the sensitivity "
-            "tests); it is not there"
+            f"--self-check needs the mutant catalogue {MUTANT_CATALOGUE} (a source checkout with "
+            "tests/mutants); it is not there"
         )
     options.workers = check_workers(options)
     print(f"hilconform: certifying {options.host}: collecting {', '.join(paths)}", file=out, flush=True)

@@ -87,8 +87,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--self-check",
         action="store_true",
-        help="after the run, measure the suites' sensitivity (tests/sensitivity/"
-        "run_sensitivity.py --full) and add it to the certificate",
+        help="after the run, measure the suites' sensitivity (python -m "
+        "hilconform.reports.self_check --full) and add it to the certificate",
     )
     run.add_argument(
         "--max-minutes",

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import run_sensitivity as rs
 
 from hilconform.fixtures.clauses import known_clauses
+from hilconform.reports import self_check as rs
 
 ROOT = Path(__file__).resolve().parents[2]
 MUTANTS_DIR = ROOT / "tests" / "mutants"

@@ -5,7 +5,7 @@ breaks fails against it. The converse: the reference runtime passes the union of
 same selections. By default the CI subset (`ci = true`: one or two mutants per area);
 every mutant with HILCONFORM_SENSITIVITY=full (as `make self-check` does).
 
-Each case runs tests/sensitivity/run_sensitivity.py as a process (a pytest run inside
+Each case runs the self-check (python -m hilconform.reports.self_check) as a process (a pytest run inside
 this one would share its plugins and state) into the test's tmp folder and reads the
 sensitivity.json it wrote. A run the test bed broke is an error here, not a failure.
 """
@@ -19,11 +19,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from run_sensitivity import REFERENCE, load_catalogue, select
 
 from hilconform.emulators.errors import InfrastructureError
+from hilconform.reports.self_check import REFERENCE, load_catalogue, select
 
-RUNNER = Path(__file__).resolve().parent / "run_sensitivity.py"
+RUNNER = (sys.executable, "-m", "hilconform.reports.self_check")
 FULL = os.environ.get("HILCONFORM_SENSITIVITY", "") == "full"
 CHOSEN = select(load_catalogue(), None, full=FULL)
 RUN_TIMEOUT_S = 900
@@ -32,16 +32,16 @@ pytestmark = pytest.mark.slow
 
 
 def _run(args: list[str], out: Path) -> dict:
-    argv = [sys.executable, str(RUNNER), "--out", str(out), "--jobs", "1",
+    argv = [*RUNNER, "--out", str(out), "--jobs", "1",
             "--timeout-s", str(RUN_TIMEOUT_S), *args]
     try:
         subprocess.run(argv, timeout=RUN_TIMEOUT_S + 120, stdout=subprocess.DEVNULL,
                        stderr=subprocess.PIPE, text=True)
     except subprocess.TimeoutExpired:
-        raise InfrastructureError(f"run_sensitivity.py {' '.join(args)} ran past its deadline") from None
+        raise InfrastructureError(f"self-check {' '.join(args)} ran past its deadline") from None
     report = out / "sensitivity.json"
     if not report.exists():
-        raise InfrastructureError(f"run_sensitivity.py {' '.join(args)} wrote no {report}")
+        raise InfrastructureError(f"self-check {' '.join(args)} wrote no {report}")
     return json.loads(report.read_text())
 
 

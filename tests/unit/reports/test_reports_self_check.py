@@ -1,9 +1,10 @@
-"""`certify --self-check`: the sensitivity script's contract (`--full --out DIR`), its result in the
-certificate and the HTML. A stand-in script plays the sensitivity runner here."""
+"""`certify --self-check`: the self-check's contract (`--full --out DIR`), its result in the
+certificate and the HTML. A stand-in script plays the self-check here."""
 
 from __future__ import annotations
 
 import json
+import sys
 
 from recorded_runs import recorded_run
 
@@ -26,9 +27,9 @@ sys.exit(1)
 
 
 def test_self_check_result_goes_into_the_certificate_and_the_page(tmp_path, monkeypatch):
-    script = tmp_path / "run_sensitivity.py"
+    script = tmp_path / "self_check_stand_in.py"
     script.write_text(STAND_IN)
-    monkeypatch.setattr(certify, "SELF_CHECK_SCRIPT", script)
+    monkeypatch.setattr(certify, "SELF_CHECK_COMMAND", (sys.executable, str(script)))
     run = recorded_run(tmp_path)
     result = certify._self_check(run, "emulated:t4", deadline_s=60)
     cert = certify.finish(run, result)
@@ -42,10 +43,14 @@ def test_self_check_result_goes_into_the_certificate_and_the_page(tmp_path, monk
     assert "Suite sensitivity (self-check)" in page and "| wrong-vendor | survived |" in page
 
 
-def test_self_check_without_the_script_is_refused_before_anything_starts(tmp_path, monkeypatch, capsys):
+def test_the_self_check_is_run_as_a_module_not_a_path_into_tests():
+    assert certify.SELF_CHECK_COMMAND[1:] == ("-m", "hilconform.reports.self_check")
+
+
+def test_self_check_without_the_catalogue_is_refused_before_anything_starts(tmp_path, monkeypatch, capsys):
     from hilconform.reports.cli import main
 
-    monkeypatch.setattr(certify, "SELF_CHECK_SCRIPT", tmp_path / "absent.py")
+    monkeypatch.setattr(certify, "MUTANT_CATALOGUE", tmp_path / "absent.toml")
     assert main(["certify", "--host", "emulated:a100", "--self-check", "--out", str(tmp_path / "runs")]) == 2
     assert "--self-check needs" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()

@@ -1,7 +1,11 @@
-#!/usr/bin/env python3
-"""Run the suites against mutant runtimes and write the sensitivity table.
+"""The self-check: run the suites against mutant runtimes and write the sensitivity table.
 
-For each mutant of tests/mutants/mutants.toml: `pytest <its tests> --runtime-module
+A module of the reports package (`python -m hilconform.reports.self_check`), run by
+`hilconform certify --self-check` and `make self-check`. The mutants are test data of a
+source checkout: their catalogue (`--catalogue`, default tests/mutants/mutants.toml) names
+each mutant's module, which the host runs as its runtime (`--runtime-module`).
+
+For each mutant of the catalogue: `pytest <its tests> --runtime-module
 <its module>` in a subprocess (JUnit XML, log), then a verdict:
 
 * killed    a selected test marked with the clause the mutant breaks FAILED
@@ -15,11 +19,11 @@ every test must pass (a skip is not a pass). Writes OUT/sensitivity.json and
 OUT/sensitivity.md (mutant -> clause broken -> tests that caught it, verdict), and
 OUT/junit/, OUT/logs/.
 
-Usage:
-  run_sensitivity.py --full --out DIR           every mutant + the reference
-  run_sensitivity.py --out DIR                  the CI subset (ci = true) + the reference
-  run_sensitivity.py --mutant NAME ... --out DIR
-  options: --no-reference, --reference-only, --jobs N (parallel pytest runs, default 2),
+Usage (python -m hilconform.reports.self_check ...):
+  --full --out DIR           every mutant + the reference
+  --out DIR                  the CI subset (ci = true) + the reference
+  --mutant NAME ... --out DIR
+  options: --catalogue FILE, --no-reference, --reference-only, --jobs N (parallel pytest runs, default 2),
            --host KIND:NAME (default emulated:a100-stock), --timeout-s S (per pytest run),
            --doc docs/sensitivity.md (put the table between its TABLE_BEGIN/TABLE_END markers)
 Exit status: 0 every mutant killed and the reference passed; 1 a mutant survived or
@@ -42,10 +46,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-CATALOGUE = ROOT / "tests" / "mutants" / "mutants.toml"
-PROBE_DIR = Path(__file__).resolve().parent
-PROBE_PLUGIN = "runtime_identity_probe"
+CHECKOUT = Path(__file__).resolve().parent.parent
+CATALOGUE = CHECKOUT / "tests" / "mutants" / "mutants.toml"
+PROBE_PLUGIN = "hilconform.fixtures.runtime_identity"  # a pytest plugin: which runtime answered
 IDENTITY_PROPERTY = "runtime_identity"
 REFERENCE = "reference"
 DEFAULT_TIMEOUT_S = 1200
@@ -193,11 +196,9 @@ def judge_reference(nodeids: list[str], outcomes: dict[str, TestOutcome]) -> tup
 # -- running pytest ------------------------------------------------------------------------------
 
 def child_env() -> dict[str, str]:
-    """The parent's environment without pytest/xdist worker state; the probe importable."""
-    env = {k: v for k, v in os.environ.items()
-           if not (k.startswith("PYTEST_XDIST") or k in ("PYTEST_CURRENT_TEST", "PYTEST_ADDOPTS"))}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROBE_DIR), env.get("PYTHONPATH")]))
-    return env
+    """The parent's environment without pytest/xdist worker state."""
+    return {k: v for k, v in os.environ.items()
+            if not (k.startswith("PYTEST_XDIST") or k in ("PYTEST_CURRENT_TEST", "PYTEST_ADDOPTS"))}
 
 
 def run_pytest(label: str, nodeids: list[str], module: str | None, out: Path, host: str,
@@ -213,7 +214,7 @@ def run_pytest(label: str, nodeids: list[str], module: str | None, out: Path, ho
     with log.open("w") as fh:
         fh.write("$ " + " ".join(argv) + "\n")
         fh.flush()
-        proc = subprocess.Popen(argv, cwd=ROOT, env=child_env(), stdout=fh, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(argv, cwd=CHECKOUT, env=child_env(), stdout=fh, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:
             code = proc.wait(timeout=timeout_s)
@@ -270,17 +271,24 @@ def exit_code(results: list[RunResult]) -> int:
     return EXIT_OK
 
 
-def environment(host: str, load_before: float) -> dict:
+def qemu_of(junit_dir: Path) -> str:
+    """The QEMU the runs' hosts used, as the plugin recorded it (JUnit testsuite property
+    `qemu_version`); "none" when no run had an emulated host."""
+    versions = set()
+    for path in sorted(junit_dir.glob("*.xml")):
+        try:
+            root = ET.parse(path).getroot()
+        except ET.ParseError:
+            continue
+        versions |= {p.get("value") for p in root.iter("property") if p.get("name") == "qemu_version"}
+    versions.discard(None)
+    return ", ".join(sorted(versions)) or "none recorded"
+
+
+def environment(host: str, load_before: float, junit_dir: Path) -> dict:
     """Where the table was measured; the 1-min load average before and after (timing clauses)."""
-    try:  # the QEMU the host's VMs run on (the vfio-user one for a device-model host)
-        from hilconform.emulators.profile import load_profile
-        from hilconform.emulators.toolchain import qemu_binary_for, qemu_version
-        kind, _, name = host.partition(":")
-        qemu = qemu_version(qemu_binary_for(load_profile(name))) if kind == "emulated" else "none (real host)"
-    except Exception as exc:  # noqa: BLE001 - the report says why instead
-        qemu = f"unknown ({exc})"
-    return {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "host": host, "qemu": qemu,
-            "cores": os.cpu_count(), "load_before": round(load_before, 1),
+    return {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "host": host,
+            "qemu": qemu_of(junit_dir), "cores": os.cpu_count(), "load_before": round(load_before, 1),
             "load_after": round(os.getloadavg()[0], 1)}
 
 
@@ -351,6 +359,8 @@ def union(mutants: list[Mutant]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path, help="folder for the table, JUnit and logs")
+    parser.add_argument("--catalogue", type=Path, default=CATALOGUE,
+                        help=f"the mutant catalogue (default: {CATALOGUE.relative_to(CHECKOUT)})")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--full", action="store_true", help="every mutant (default: the CI subset)")
     group.add_argument("--mutant", nargs="+", metavar="NAME", help="only these mutants")
@@ -368,19 +378,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
     try:
-        catalogue = load_catalogue()
+        catalogue = load_catalogue(args.catalogue)
         chosen = select(catalogue, args.mutant, args.full, args.host)
     except CatalogueError as exc:
-        print(f"run_sensitivity: {exc}", file=sys.stderr)
+        print(f"self-check: {exc}", file=sys.stderr)
         return EXIT_BROKEN
     if args.doc and not all(m in (args.doc.read_text() if args.doc.is_file() else "")
                             for m in (TABLE_BEGIN, TABLE_END)):
-        print(f"run_sensitivity: --doc {args.doc}: no file with {TABLE_BEGIN} ... {TABLE_END}",
+        print(f"self-check: --doc {args.doc}: no file with {TABLE_BEGIN} ... {TABLE_END}",
               file=sys.stderr)
         return EXIT_BROKEN
     if not args.mutant:
         for mutant in elsewhere(catalogue if args.full else [m for m in catalogue if m.ci], chosen):
-            print(f"run_sensitivity: {mutant.name}: left out on {args.host}; it is shown on "
+            print(f"self-check: {mutant.name}: left out on {args.host}; it is shown on "
                   f"{', '.join(mutant.hosts)}", flush=True)
     out = args.out.resolve()
     for sub in ("junit", "logs"):
@@ -398,17 +408,17 @@ def main(argv: list[str] | None = None) -> int:
         for future in futures:
             result = future.result()
             results.append(result)
-            print(f"run_sensitivity: {result.name}: {result.verdict} ({result.wall_s:.0f} s) {result.why}",
+            print(f"self-check: {result.name}: {result.verdict} ({result.wall_s:.0f} s) {result.why}",
                   flush=True)
     results.sort(key=lambda r: (r.name == REFERENCE, [m.name for m in chosen].index(r.name)
                                 if r.name != REFERENCE else 0))
     wall = time.monotonic() - started
-    env = environment(args.host, load_before)
+    env = environment(args.host, load_before, out / "junit")
     write_report(out, results, env, wall)
     if args.doc:
         update_doc(args.doc, markdown(results, env, wall))
     code = exit_code(results)
-    print(f"run_sensitivity: wrote {out / 'sensitivity.md'}; exit {code}")
+    print(f"self-check: wrote {out / 'sensitivity.md'}; exit {code}")
     return code
 
 
