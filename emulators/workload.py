@@ -211,6 +211,14 @@ class Workload:
     def __exit__(self, *exc) -> None:
         self.stop_all()
 
+    def has_block_device(self, slot: str) -> bool:
+        """Whether the unit `slot` holds is a queue device with a guest block device to read."""
+        device = slot_device(self.vm, slot)
+        return device is not None and device.ids in self._queued_ids()
+
+    def _queued_ids(self) -> set[str]:
+        return {f"{k.vendor}:{k.device}" for k in self.vm.profile.kinds.values() if k.queue == "nbd"}
+
     def block_device(self, slot: str, timeout_s: float = 10.0) -> str:
         """The guest block device (`/dev/nvmeXnY`) of the queue device in `slot`."""
         if slot not in {s.name for s in self.vm.profile.slots}:
@@ -219,7 +227,7 @@ class Workload:
         device = slot_device(self.vm, slot)
         if device is None:
             raise FaultError(f"workload: slot {slot} is empty")
-        queued = {f"{k.vendor}:{k.device}" for k in self.vm.profile.kinds.values() if k.queue == "nbd"}
+        queued = self._queued_ids()
         if device.ids not in queued:
             raise FaultError(f"workload: slot {slot} holds {device.ids}, which has no block device "
                              f"(reads need a queue device: {', '.join(sorted(queued))})")

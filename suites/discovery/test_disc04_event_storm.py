@@ -3,13 +3,14 @@
 arrive, up to every empty slot of the host, and each within the hot-add budget.
 
 The storm: QMP `device_add` of the slots' stand-in model into EVERY empty slot of the host
-(at least two; a host built for storms has four or more), spread evenly over 120 ms (a
-queue device gets a `null-co` block node made beforehand instead of its NBD queue:
-discovery does not look at the medium; a device model's server is started first,
-`host.serve_model`). 120 ms is well inside the window yet far longer than the runtime takes
-to read one change, so a runtime that rebuilds per change, whose window is much shorter than
-200 ms, or that reads the next change only after it has described the last one, splits the
-storm instead of merging changes that merely queued up while it was busy.
+(at least two; a host built for storms has four or more), spread evenly over 120 ms. Each
+slot's unit is made ready first (`host.unit(slot).add_properties`: a queue device gets a
+`null-co` block node instead of its NBD queue, discovery does not look at the medium; a
+device model's server is started), so only the device_adds are timed. 120 ms is well inside
+the window yet far longer than the runtime takes to read one change, so a runtime that
+rebuilds per change, whose window is much shorter than 200 ms, or that reads the next change
+only after it has described the last one, splits the storm instead of merging changes that
+merely queued up while it was busy.
 
 Whether adds fall "within one 200 ms window" is decided where the runtime could see them:
 an independent `udevadm monitor --kernel` in the guest (at raised priority) timestamps the
@@ -57,35 +58,12 @@ JUDGED_SPREAD_MS = 150.0  # adds the witness saw within this of the first must s
 MAX_ATTEMPTS = 5
 STORM_SPAN_MS = 120.0  # first device_add to last, spread evenly
 BATCH_TIMEOUT_S = 30.0
-STORM_DISK_BYTES = 64 << 20
 
 
-def _null_drive(host, slot) -> str | None:
-    """A block node for a queue stand-in (None for devices without one), made before the storm."""
-    kind = host.profile.kind(slot.accepts)
-    if kind.queue == "none" or kind.model:
-        return None
-    node = f"storm-{slot.name}-null"
-    host.vm.qmp.execute("blockdev-add", {"driver": "null-co", "node-name": node, "size": STORM_DISK_BYTES})
-    return node
-
-
-def _inject_storm(host, slots, drives: dict, attempt: int) -> dict[str, int]:
+def _inject_storm(host, slots, attempt: int) -> dict[str, int]:
     """device_add into every slot, spread over STORM_SPAN_MS; qdev id -> host ns it returned."""
-    props = []
-    for slot in slots:
-        kind = host.profile.kind(slot.accepts)
-        device = {
-            "driver": kind.qemu_driver,
-            "id": f"storm{attempt}-{slot.name}",
-            "bus": slot.port_id,
-            "addr": "0",
-        }
-        if kind.model:  # its server must listen before device_add
-            device = host.serve_model(slot.name, device["id"])
-        elif drives[slot.name]:
-            device.update(drive=drives[slot.name], serial=f"S{attempt}-{slot.name.upper()}"[:20])
-        props.append(device)
+    props = [host.unit(slot.name).add_properties(f"storm{attempt}-{slot.name}", medium="null")
+             for slot in slots]
     pause_s = STORM_SPAN_MS / 1000 / (len(props) - 1)
     returned_ns: dict[str, int] = {}
     start = time.monotonic()
@@ -135,13 +113,12 @@ def test_a_storm_into_every_empty_slot_is_one_batch_each_discovered_in_time(host
     budget_ms = budget(host, "hot_add_discovery_p95_ms")
     runtime = host.runtime
     wait_boot_self_checks(runtime)
-    drives = {slot.name: _null_drive(host, slot) for slot in slots}
     counts: list[int] = []
     for attempt in range(1, MAX_ATTEMPTS + 1):
         witness = GuestUeventWitness(host)
         mark = runtime.mark()
         try:
-            returned = _inject_storm(host, slots, drives, attempt)
+            returned = _inject_storm(host, slots, attempt)
             qdev_ids = list(returned)
             bdfs = [bdf_in_slot(host, slot.name) for slot in slots]
             announced = {bdf: wait_discovered(runtime, bdf, mark, timeout_s=BATCH_TIMEOUT_S) for bdf in bdfs}

@@ -50,31 +50,12 @@ def _flagged(host) -> list[str]:
 
 
 def _serial_slots(host, count: int) -> list:
-    """`count` populated slots whose stand-in carries a serial number (skip when too few)."""
-    slots = [s for s in host.profile.slots
-             if s.populated and (host.profile.kind(s.device).queue == "nbd"
-                                 or host.profile.kind(s.device).model)]
+    """`count` populated slots whose unit carries a serial number (skip when too few)."""
+    slots = [s for s in host.profile.slots if s.populated and host.unit(s.name).has_identity]
     if len(slots) < count:
         pytest.skip(f"profile {host.profile.name} has fewer than {count} stand-ins with a serial "
                     "number (QEMU's edu device has neither serial nor DSN: its identity is its slot)")
     return slots[:count]
-
-
-def _qom(host, qdev_id: str, prop: str):
-    return host.vm.qmp.execute("qom-get", {"path": f"/machine/peripheral/{qdev_id}", "property": prop})
-
-
-def _add_unit(host, slot, device_id: str, drive: str, serial: str) -> str:
-    """device_add a stand-in with a chosen serial number into `slot`; returns its BDF."""
-    kind = host.profile.kind(slot.device)
-    host.vm.qmp.execute("device_add", {"driver": kind.qemu_driver, "id": device_id,
-                                       "bus": slot.port_id, "addr": "0", "drive": drive,
-                                       "serial": serial})
-    bdf = bdf_in_slot(host, slot.name)
-    if bdf is None or qemu_functions(host)[bdf].qdev_id != device_id:
-        raise InfrastructureError(f"device_add {device_id} into {slot.name} returned but QEMU does "
-                                  "not list it there")
-    return bdf
 
 
 @pytest.mark.needs("qmp")
@@ -136,35 +117,25 @@ def test_fingerprints_survive_a_guest_reboot(host_factory):
     assert _flagged(host) == [], "a guest reboot flagged unchanged devices as changed in place"
 
 
-def _dsn_text(serial_number: int) -> str:
-    """A DSN as the protocol reports it (most significant byte first, as lspci shows it)."""
-    return "-".join(f"{b:02x}" for b in serial_number.to_bytes(8, "big"))
-
-
 class InPlace:
-    """One slot whose unit the test replaces; tracks QEMU's current device id and serial
-    (an nvme stand-in's `serial` string, or a device model's DSN number)."""
+    """One slot whose unit the test replaces; tracks QEMU's current device id and the unit's
+    serial (whatever stands in the slot: `host.unit` knows how it carries one)."""
 
     def __init__(self, host, slot):
         self.host, self.slot = host, slot
         self.qdev_id = slot.name
-        self.is_model = bool(host.profile.kind(slot.device).model)
-        if self.is_model:
-            self.drive, self.serial = None, host.vm.models.device(slot.name).config.serial_number
-        else:
-            self.drive, self.serial = _qom(host, slot.name, "drive"), _qom(host, slot.name, "serial")
+        self.backend = host.unit(slot.name)
+        self.serial = self.backend.identity(slot.name)
         self.bdf = bdf_in_slot(host, slot.name)
         self.units = 0
 
     def reported(self, record: dict):
         """The unit's serial as the runtime's record shows it."""
-        if self.is_model:
-            return record["info"]["capabilities"].get("dsn")
-        return record["info"]["serial"]
+        return self.backend.reported_identity(record)
 
     @property
     def expected(self):
-        return _dsn_text(self.serial) if self.is_model else self.serial
+        return self.backend.identity_text(self.serial)
 
     def remove(self, runtime, quiet: bool = True) -> dict:
         """Remove the slot's unit (on an ACPI host: without warning); the runtime's `removed`."""
@@ -188,20 +159,17 @@ class InPlace:
                                     alive=self.host.vm.check_alive)
         return removed
 
-    def insert(self, serial: str | None = None) -> None:
+    def insert(self, serial=None) -> None:
         """Insert a unit: the same one again (serial None) or another of the same model."""
         self.units += 1
         self.qdev_id = f"{self.slot.name}-unit{self.units}"
         self.serial = serial or self.serial
-        if self.is_model:
-            self.host.hot_add(self.slot.name, device_id=self.qdev_id, serial_number=self.serial)
-        else:
-            _add_unit(self.host, self.slot, self.qdev_id, self.drive, self.serial)
+        added = self.backend.insert(self.qdev_id, self.serial)
+        if added.bdf != self.bdf:
+            raise InfrastructureError(f"{self.qdev_id} went in at {added.bdf}, not {self.bdf}")
 
-    def other_serial(self) -> str | int:
-        if self.is_model:  # another unit of the same model: the DSN's unit number differs
-            return self.serial ^ ((self.units + 1) << 24)
-        return f"{self.slot.name.upper()}-OTHER{self.units + 1}"[:20]
+    def other_serial(self):
+        return self.backend.other_identity(self.serial, self.units + 1)
 
 
 def _await_flag(runtime, unit: InPlace, mark: int) -> str | None:

@@ -47,12 +47,6 @@ def queue_slot(host):
     pytest.skip(f"profile {host.profile.name} has no populated slot with a command queue")
 
 
-def skip_without_queue_slot(profile) -> None:
-    """Skip before a VM is started when no populated slot's stand-in has a command queue."""
-    if not any(s.populated and profile.kind(s.device).queue in ("nbd", "model") for s in profile.slots):
-        pytest.skip(f"profile {profile.name} has no populated slot with a command queue")
-
-
 # -- ground truth -----------------------------------------------------------------------------
 
 def expected_managed(host) -> set[str]:

@@ -33,7 +33,6 @@ from hotplug_support import (
     events_for,
     first_step,
     run_steps,
-    skip_without_queue_slot,
     subscribe,
     wait_procedure_end,
 )
@@ -46,7 +45,6 @@ ANSWER_AFTER_S = 0.12  # the held read completes this long after stall_queue ret
 
 @pytest.mark.needs("queue-stall")
 def test_healthy_queue_drains_without_reset(host_factory, measurements):
-    skip_without_queue_slot(host_factory.profile)
     host = host_factory.start()
     slots = [s for s in host.profile.slots
              if s.populated and "queue-stall" in host.faults.slot_capabilities(s.name)][:DEVICES]

@@ -29,7 +29,6 @@ from hotplug_support import (
     first_step,
     queue_slot,
     run_steps,
-    skip_without_queue_slot,
     subscribe,
     wait_procedure_end,
 )
@@ -42,7 +41,6 @@ RESET_OUTCOMES = ("ok", "error", "unsupported", "timeout")
 
 @pytest.mark.needs("queue-stall")
 def test_stuck_queue_drain_times_out_and_resets(host_factory, measurements):
-    skip_without_queue_slot(host_factory.profile)
     host = host_factory.start()
     slot = queue_slot(host)
     timeout_ms = budget(host, "drain_timeout_ms")

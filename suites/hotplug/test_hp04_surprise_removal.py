@@ -53,8 +53,8 @@ def test_surprise_removal_revokes_and_keeps_serving(host_factory):
     bdf = host.target_bdf(slot.name)
     settled_record(host, bdf)
     lease = allocate(runtime, bdf, "hp04-holder")
-    if host.profile.kind(slot.device).queue == "nbd":
-        host.workload.start_reads(slot.name)  # work in flight when it goes (nvme stand-ins)
+    if host.workload.has_block_device(slot.name):
+        host.workload.start_reads(slot.name)  # work in flight when it goes (queue stand-ins)
 
     device_id = host.slot_device(slot.name).qdev_id
     mark = subscribe(runtime)

@@ -257,6 +257,7 @@ class FailingAdd:
 
     kind: Any  # a profile's device kind (profile.kind(name))
     config: dict
+    armed: bool = False  # the unit arrives with its firmware armed (slot capability firmware-mismatch)
 
     @property
     def ids(self) -> str:
@@ -264,16 +265,19 @@ class FailingAdd:
 
     def add(self, host, slot: str) -> str:
         """Hot-add the failing device into the empty `slot`; its BDF."""
-        if self.kind.model:
+        if self.armed:
             return host.faults.hot_add_with_firmware(slot, MISMATCHED_FIRMWARE).details["bdf"]
         return host.hot_add(slot, kind=self.kind.name).bdf
 
 
-def failing_add(profile) -> FailingAdd | None:
-    """The profile's way to hot-add a device that fails its self-check (None: it has none)."""
-    accepts = [profile.kind(s.accepts) for s in profile.slots if not s.populated]
-    if accepts and all(k.model for k in accepts):
-        return FailingAdd(accepts[0], {})
+def failing_add(host_factory) -> FailingAdd | None:
+    """The way the factory's profile hot-adds a device that fails its self-check (None: it has
+    none): where every empty slot offers `firmware-mismatch`, a unit armed with the wrong
+    firmware; else a foreign stand-in kind and a firmware rule on its IDs."""
+    profile = host_factory.profile
+    empty = [s for s in profile.slots if not s.populated]
+    if empty and all("firmware-mismatch" in host_factory.slot_capabilities(s.name) for s in empty):
+        return FailingAdd(profile.kind(empty[0].accepts), {}, armed=True)
     kind = foreign_kind(profile)
     return None if kind is None else FailingAdd(kind, firmware_mismatch(kind_ids(kind)))
 

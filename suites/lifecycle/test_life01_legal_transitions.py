@@ -54,8 +54,7 @@ FAILED_ADD_MOVES = {("DISCOVERED", "FAULTED"), ("FAULTED", "REMOVED")}
 
 
 def test_every_transition_of_a_mixed_workload_is_legal_and_complete(host_factory, request):
-    profile = host_factory.profile
-    failing = failing_add(profile)
+    failing = failing_add(host_factory)
     changes = {**AER_POLICY, **(failing.config if failing else {})}
     host = host_factory.start(runtime_config=runtime_config(host_factory, changes))
     runtime = host.runtime

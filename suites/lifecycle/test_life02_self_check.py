@@ -109,8 +109,8 @@ def test_device_failing_its_self_check_stays_out_of_the_pool(host_factory):
     profile = host_factory.profile
     if all(s.populated for s in profile.slots):
         pytest.skip(f"profile {profile.name} has no empty hot-plug slot")
-    failing_model = failing_add(profile)  # model hosts: a model armed with MISMATCHED_FIRMWARE
-    models = failing_model is not None and failing_model.kind.model
+    failing_model = failing_add(host_factory)  # where slots offer it: a unit armed with MISMATCHED_FIRMWARE
+    models = failing_model is not None and failing_model.armed
     if models:  # the profile's own config: the runtime expects each model's own firmware
         host = host_factory.start()
         ids = failing_model.ids

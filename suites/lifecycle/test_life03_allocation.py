@@ -189,7 +189,7 @@ DEGRADING_POLICY = {"aer": {"nonfatal_recovered": "DEGRADED", "degrade_weight": 
 @pytest.mark.destructive
 def test_allocating_a_device_that_is_not_healthy_is_refused(host_factory):
     profile = host_factory.profile
-    failing = failing_add(profile)
+    failing = failing_add(host_factory)
     if failing is None:
         why = ("it has no empty hot-plug slot" if all(sl.populated for sl in profile.slots)
                else "every stand-in kind is a boot device's")

@@ -17,6 +17,8 @@ from real_support import GENERATION_OF_GTS
 from hilconform.fixtures.errors import InfrastructureError
 from hilconform.fixtures.real_profile import LinkMinimum, profiles_matching
 
+# A unit whose link the test bed can degrade presents a card's Link Capabilities and Status.
+LINK_CAPABILITY = "link-degrade"
 LINK_ATTRS = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
 
 
@@ -35,10 +37,11 @@ def require_model_host(host_factory) -> None:
         pytest.skip(f"--host {host_spec} is a real host: its links are checked by test_real01_link.py; "
                     "this is the twin for emulated device-model hosts")
     profile = host_factory.profile
-    if not any(s.populated and profile.kind(s.device).model for s in profile.slots):
-        pytest.skip(f"host {host_spec} has no device models: its stock stand-ins (QEMU's nvme/edu) always "
-                    "train 2.5 GT/s x1 whatever the slot, so there is no card link to check (the twin "
-                    "runs on model hosts, e.g. emulated:a100)")
+    if not any(s.populated and LINK_CAPABILITY in host_factory.slot_capabilities(s.name)
+               for s in profile.slots):
+        pytest.skip(f"host {host_spec} has no unit whose link can be set ({LINK_CAPABILITY!r}): its stock "
+                    "stand-ins (QEMU's nvme/edu) always train 2.5 GT/s x1 whatever the slot, so there is no "
+                    "card link to check (the twin runs on model hosts, e.g. emulated:a100)")
 
 
 def managed_models(host) -> list[ManagedModel]:
@@ -48,7 +51,7 @@ def managed_models(host) -> list[ManagedModel]:
     truth = {f.bdf: f for f in host.ground_truth()}
     found = []
     for slot in profile.slots:
-        if not slot.populated or not profile.kind(slot.device).model:
+        if not slot.populated or LINK_CAPABILITY not in host.faults.slot_capabilities(slot.name):
             continue
         bdf = host.slot_bdf(slot.name)
         if truth[bdf].ids in selected:
