@@ -255,7 +255,7 @@ def test_allocating_a_device_that_is_not_healthy_is_refused(host_factory):
 PROBE_EVERY_S = 0.01  # each prober's pause between one answer (and its release) and its next ask
 PROBERS = 2  # sequential probers, staggered: one held up in the runtime does not stop the other
 REACTION_MS = 100.0  # how long after the kernel logs the error a runtime may take to hear of it (TCG, loaded)
-MIN_JUDGED = 3  # answers on the device's health (not DEVICE_BUSY) that must fall inside the judged window
+MIN_JUDGED = 3  # answers on the device's health (see _Observation.judged) inside the judged window
 MAX_ASKS = 400  # each prober's bound
 PROBE_START_MS = REACTION_MS + 20.0  # the probe's first request, after the injection (host clock)
 RECOVERY_TIMEOUT_S = 20.0  # the kernel's recovery line after a fatal error (a switch's takes ~1.2 s)
