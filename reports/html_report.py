@@ -18,7 +18,7 @@ body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
 h1{margin-bottom:4px} table{border-collapse:collapse;margin:8px 0 20px} td,th{border:1px solid #ccc;
 padding:4px 8px;text-align:left;vertical-align:top;font-size:13px} th{background:#f3f3f3}
 .banner{padding:14px 18px;font-size:22px;font-weight:600;border-radius:6px;margin:12px 0}
-.v-conformant,.v-pass{background:#d9f2d9} .v-partial,.v-not_checked{background:#fff4cc}
+.v-conformant,.v-pass{background:#d9f2d9} .v-partial,.v-not_checked,.v-inconclusive{background:#fff4cc}
 .v-nonconformant,.v-fail{background:#f8d0d0} .v-incomplete,.v-broken,.v-not_run{background:#e4e4f4}
 #verdicts{width:100%;table-layout:fixed} #verdicts td{overflow-wrap:anywhere}
 .muted{word-break:break-all}

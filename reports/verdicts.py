@@ -6,12 +6,15 @@
   its own code, and none failed; **incomplete** when one of its selected tests
   did not finish (`crashed`: the pytest-xdist worker running it died;
   `unfinished`: no final report, e.g. cut short or never started) while others
-  did; **not_run** when none of its tests reported; **not_checked** when every
+  did; **inconclusive** when a test found the test bed itself too slow to judge
+  the runtime (its measured floor over the profile's limit) and none failed,
+  broke or did not finish: neither a pass nor a failure;
+  **not_run** when none of its tests reported; **not_checked** when every
   test was skipped (the host lacks a capability) or xfailed; **pass** only
   when every selected test reported, one passed and none failed, broke or did
   not finish.
 * Overall: `nonconformant` (exit 1) when a clause failed; else `incomplete`
-  (exit 2) when a clause is broken, incomplete or not run, a test did not
+  (exit 2) when a clause is broken, incomplete, inconclusive or not run, a test did not
   finish (named in the reasons), a test without a clause failed or broke (the
   test bed or the suite's own tooling), pytest itself failed, or the run was
   interrupted; else `partial` (exit 0) when a clause was not checked, said in
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-CLAUSE_VERDICTS = ("pass", "fail", "broken", "incomplete", "not_checked", "not_run")
+CLAUSE_VERDICTS = ("pass", "fail", "broken", "incomplete", "inconclusive", "not_checked", "not_run")
 # Test outcomes that are no result at all: the test did not finish, so nothing it checked counts.
 UNFINISHED_OUTCOMES = ("crashed", "unfinished")
 OVERALL_VERDICTS = ("conformant", "partial", "nonconformant", "incomplete")
@@ -41,6 +44,8 @@ def clause_verdict(outcomes: list[str]) -> str:
         return "broken"
     if any(o in UNFINISHED_OUTCOMES for o in outcomes):
         return "incomplete"
+    if "inconclusive" in outcomes:
+        return "inconclusive"
     if "passed" in outcomes:
         return "pass"
     return "not_checked"
@@ -75,6 +80,9 @@ def overall_verdict(
     incomplete = sorted(c for c, v in clauses.items() if v == "incomplete")
     if incomplete:
         reasons.append(f"clauses with tests that did not finish: {', '.join(incomplete)}")
+    inconclusive = sorted(c for c, v in clauses.items() if v == "inconclusive")
+    if inconclusive:
+        reasons.append(f"clauses inconclusive (the test bed too slow to judge): {', '.join(inconclusive)}")
     not_run = sorted(c for c, v in clauses.items() if v == "not_run")
     if not_run:
         reasons.append(f"clauses not run: {', '.join(not_run)}")
@@ -98,7 +106,8 @@ def overall_verdict(
     not_checked = sorted(c for c, v in clauses.items() if v == "not_checked")
     if failed:
         return Overall("nonconformant", reasons)
-    if broken or incomplete or not_run or unfinished or troubled or interrupted or pytest_trouble:
+    unsettled = broken or incomplete or inconclusive or not_run or unfinished or troubled
+    if unsettled or interrupted or pytest_trouble:
         return Overall("incomplete", reasons)
     if not clauses:
         return Overall("incomplete", reasons + ["no clause was checked"])

@@ -2,11 +2,14 @@
 
 Exit status: 0 after a shutdown request or SIGTERM/SIGINT, 2 for a bad
 config (the message names the file and the key), 1 when it cannot start.
+SIGUSR1 writes every thread's stack to stderr (the log) and carries on: how a
+test bed that saw the runtime stop answering learns where it was stuck.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import signal
 import sys
@@ -38,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     # Hand the GIL over every 1 ms, not 5: the I/O thread answers clients while request
     # workers run health polls, and each handover it waits for delays every reply.
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
 
     from .service import Service  # after the config: a config error needs no pyudev
 

@@ -360,6 +360,26 @@ def guest_monotonic_ns_of_process_start(host, pid: int) -> int:
     return ticks * 1_000_000_000 // hz
 
 
+# The bare start any Python runtime on the node pays: the interpreter and pyudev (the runtime's one
+# dependency) imported, timed by the process itself from its start time (/proc/self/stat).
+_BARE_START = ("import os, time, pyudev; now = time.clock_gettime_ns(time.CLOCK_MONOTONIC); "
+               "ticks = int(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]); "
+               "print(ticks * 1_000_000_000 // os.sysconf('SC_CLK_TCK'), now)")
+
+
+def bare_interpreter_start_ms(host) -> float:
+    """DISC-03's floor: how long a bare `python3` that imports pyudev takes to start on the node
+    (process start -> import done, the node's clock, 10 ms resolution), so a slow test bed's
+    interpreter start is not read as the runtime's cold discovery."""
+    result = host.run(["python3", "-c", _BARE_START], timeout_s=60)
+    fields = result.stdout.split()
+    if result.exit_code != 0 or len(fields) != 2 or not all(f.isdigit() for f in fields):
+        raise InfrastructureError(f"a bare python3 with pyudev did not start on the node: "
+                                  f"{result.stdout!r} {result.stderr!r}")
+    started_ns, imported_ns = (int(f) for f in fields)
+    return ms_between(started_ns, imported_ns)
+
+
 # -- profile ---------------------------------------------------------------------------------------
 
 def empty_slots(host) -> list:

@@ -10,6 +10,7 @@ import textwrap
 TESTS = """
 import pytest
 from hilconform.emulators.errors import QemuDied
+from hilconform.fixtures.errors import Inconclusive
 
 @pytest.fixture
 def crashing():
@@ -30,6 +31,10 @@ def test_test_bed_breaks():
 @pytest.mark.clause("DISC-04")
 def test_lacks_capability():
     pytest.skip("host lacks capability 'hotplug'")
+
+@pytest.mark.clause("DISC-06")
+def test_test_bed_too_slow():
+    raise Inconclusive("the floor was over its limit")
 
 def test_without_clause(crashing):
     pass
@@ -76,12 +81,14 @@ def test_progress_lines_classify_each_outcome(tmp_path):
         "test_finds_a_problem": ("DISC-02", "failed"),
         "test_test_bed_breaks": ("DISC-03", "broken"),
         "test_lacks_capability": ("DISC-04", "skipped"),
+        "test_test_bed_too_slow": ("DISC-06", "inconclusive"),
         "test_without_clause": (None, "error"),
         "test_fails_then_its_teardown_crashes": ("DISC-05", "failed"),
     }
     assert "latency over budget" in tests["test_finds_a_problem"]["message"]
     assert "lacks capability" in tests["test_lacks_capability"]["message"]
-    assert sum(r["kind"] == "start" for r in lines) == 6
+    assert tests["test_test_bed_too_slow"]["message"].endswith("Inconclusive: the floor was over its limit")
+    assert sum(r["kind"] == "start" for r in lines) == 7
     assert lines[-1] == {**lines[-1], "kind": "session_finish", "exitstatus": 1}
 
 

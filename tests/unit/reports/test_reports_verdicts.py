@@ -26,6 +26,11 @@ from hilconform.reports.verdicts import clause_verdict, overall_verdict
         (["crashed"], "incomplete"),
         (["crashed", "failed"], "fail"),
         (["crashed", "broken"], "broken"),
+        (["inconclusive"], "inconclusive"),
+        (["passed", "inconclusive"], "inconclusive"),
+        (["inconclusive", "failed"], "fail"),
+        (["inconclusive", "broken"], "broken"),
+        (["inconclusive", "crashed"], "incomplete"),
     ],
 )
 def test_clause_verdict(outcomes, verdict):
@@ -47,6 +52,8 @@ def test_clause_verdict(outcomes, verdict):
         ({"DISC-01": "pass"}, {"suites/smoke/test_x.py::test_boots": "failed"}, None, 1, "incomplete", 2),
         ({"DISC-01": "pass"}, {"suites/smoke/test_x.py::test_boots": "skipped"}, None, 0, "conformant", 0),
         ({}, {}, None, 5, "incomplete", 2),
+        ({"DISC-01": "pass", "DISC-03": "inconclusive"}, {}, None, 0, "incomplete", 2),
+        ({"DISC-02": "fail", "DISC-03": "inconclusive"}, {}, None, 1, "nonconformant", 1),
     ],
 )
 def test_overall_verdict_and_exit_code(clauses, others, interrupted, pytest_exit, verdict, exit_code):

@@ -1,0 +1,78 @@
+"""Judging the runtime's share over the test bed's floor (fixtures/floor_judgement.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hilconform.fixtures.errors import Inconclusive, InfrastructureError
+from hilconform.fixtures.floor_judgement import FloorBudgets, judge_over_floor
+
+KEYS = FloorBudgets(absolute="total_ms", share="share_ms", floor_limit="floor_limit_ms")
+
+
+class _Host:
+    description = "a test host"
+
+    def __init__(self, **budgets):
+        self.budgets = budgets
+
+
+class _Measurements:
+    def __init__(self):
+        self.recorded = {}
+
+    def record(self, clause, name, values, unit, budget=None, budget_stat=None):
+        from hilconform.fixtures.measurements import summarise
+
+        summary = summarise(clause, name, values, unit, budget, budget_stat)
+        self.recorded[name] = summary
+        return summary
+
+
+def _judge(host, totals, floors):
+    measurements = _Measurements()
+    judge_over_floor(host, measurements, "DISC-03", "cold", totals, floors, KEYS, stat="max")
+    return measurements.recorded
+
+
+def test_a_profile_without_a_share_budget_judges_the_whole_figure():
+    host = _Host(total_ms=1500)
+    recorded = _judge(host, [1000, 1400], [900, 1300])
+    assert recorded["cold"].budget == 1500 and recorded["cold"].within_budget
+    assert recorded["cold_over_floor"].values == [100, 100] and recorded["cold_over_floor"].budget is None
+    with pytest.raises(AssertionError, match="MISSED"):
+        _judge(host, [1000, 1600], [100, 100])  # a small floor does not excuse the total
+
+
+def test_the_share_is_judged_and_the_total_only_recorded():
+    host = _Host(total_ms=1500, share_ms=500, floor_limit_ms=3000)
+    recorded = _judge(host, [2000, 2400], [1800, 2000])
+    assert recorded["cold"].budget is None  # the absolute figure: recorded, not judged
+    assert recorded["cold_over_floor"].max == 400 and recorded["cold_over_floor"].within_budget
+
+
+def test_a_share_over_budget_on_a_test_bed_within_its_floor_limit_fails():
+    host = _Host(share_ms=500, floor_limit_ms=3000)
+    with pytest.raises(AssertionError, match="floor met its limit"):
+        _judge(host, [1000, 2000], [900, 1000])
+
+
+def test_a_share_over_budget_on_a_test_bed_over_its_floor_limit_is_inconclusive():
+    host = _Host(share_ms=500, floor_limit_ms=3000)
+    with pytest.raises(Inconclusive, match="too slow to judge"):
+        _judge(host, [4000, 4500], [3500, 3100])
+
+
+def test_a_share_within_budget_passes_however_slow_the_test_bed():
+    host = _Host(share_ms=500, floor_limit_ms=3000)
+    assert _judge(host, [9000], [8800])["cold_floor"].within_budget is False
+
+
+def test_a_missing_floor_limit_is_a_test_bed_error():
+    with pytest.raises(InfrastructureError, match="floor_limit_ms"):
+        _judge(_Host(share_ms=500), [1000], [100])
+
+
+def test_totals_and_floors_must_pair_up():
+    with pytest.raises(ValueError):
+        _judge(_Host(share_ms=500, floor_limit_ms=3000), [1000, 2000], [100])
