@@ -9,6 +9,7 @@ Keys are those of runtime/default-config.toml.
 from __future__ import annotations
 
 import json
+import re
 
 from .profile import HostProfile
 from .qemu_command import RUNTIME_PORT_NAME
@@ -33,6 +34,7 @@ def runtime_config_for(profile: HostProfile, overrides: dict | None = None) -> s
         elif slot.firmware_version:
             firmware.setdefault(f"{kind.vendor}:{kind.device}", slot.firmware_version)
     models = sorted(f"{k.vendor}:{k.device}" for k in stand_ins if k.model)
+    resources = device_plugin_resources(profile)
     top = {
         "name": "hilconform-reference",
         "transport": f"virtio-serial:/dev/virtio-ports/{RUNTIME_PORT_NAME}",
@@ -47,6 +49,8 @@ def runtime_config_for(profile: HostProfile, overrides: dict | None = None) -> s
     lines += ["", "[selector]",
               f"classes = {_toml_value(list(profile.select_classes))}",
               f"ids = {_toml_value(list(profile.select_ids))}"]
+    lines += ["", "[device_plugin_resources]"]
+    lines += [f"{_toml_value(ids)} = {_toml_value(name)}" for ids, name in resources.items()]
     lines += ["", "[firmware]"]
     expected.update(firmware)
     lines += [f"{_toml_value(ids)} = {_toml_value(version)}" for ids, version in expected.items()]
@@ -56,3 +60,18 @@ def runtime_config_for(profile: HostProfile, overrides: dict | None = None) -> s
     if models:
         lines.append(f"models = {_toml_value(models)}")
     return "\n".join(lines) + "\n"
+
+
+def device_plugin_resources(profile: HostProfile) -> dict[str, str]:
+    """"vvvv:dddd" -> the extended resource the device-plugin front end serves its devices as:
+    `hilconform.io/` + the model the slots stand in for (e.g. hilconform.io/nvidia-a100-sxm4-40gb),
+    one per device kind the runtime manages."""
+    resources: dict[str, str] = {}
+    for slot in profile.slots:
+        kind = profile.kind(slot.device if slot.populated else slot.accepts)
+        dev_id = f"{kind.vendor}:{kind.device}"
+        if dev_id not in profile.select_ids:
+            continue
+        slug = re.sub(r"[^a-z0-9]+", "-", slot.stands_in_for.model.lower()).strip("-")[:63].strip("-")
+        resources.setdefault(dev_id, f"hilconform.io/{slug or kind.vendor + '-' + kind.device}")
+    return resources

@@ -29,7 +29,8 @@ _POSITIVE = {
     "max_requests_in_flight",
     "request_workers",
 }
-_FREE_TABLES = {"firmware", "hooks"}  # keys are device IDs / hook options, not fixed names
+# keys are device IDs / hook options, not fixed names
+_FREE_TABLES = {"firmware", "hooks", "device_plugin_resources"}
 
 
 class ConfigError(Exception):
@@ -162,6 +163,12 @@ def _check(data: dict, path: str) -> None:
             raise ConfigError(path, "hooks.models", 'must be a list of "vvvv:dddd"')
         elif key not in ("firmware", "driverless", "models"):
             raise ConfigError(path, f"hooks.{key}", "unknown key (known: firmware, driverless, models)")
+    for dev_id, resource in data["device_plugin_resources"].items():
+        where = f"device_plugin_resources.{dev_id}"
+        if not _ID.match(dev_id) or dev_id.endswith("*"):
+            raise ConfigError(path, where, 'key must be "vvvv:dddd" (lowercase hex)')
+        if not isinstance(resource, str) or resource.count("/") != 1:
+            raise ConfigError(path, where, 'must be "domain/name"')
     for key in ("classes", "ids"):
         values = data["selector"][key]
         if not all(isinstance(v, str) for v in values):

@@ -103,6 +103,9 @@ class DeviceTable:
             for session in self.sessions.values():
                 if session.subscribed and (session.event_filter is None or name in session.event_filter):
                     session.send_raw(raw, droppable=True)
+            front_end = getattr(self, "front_end", None)  # the device-plugin front end, when enabled
+            if front_end is not None:
+                front_end.notify(name)
             return msg
 
     def _transition(self, dev: Device, moves) -> None:

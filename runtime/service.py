@@ -105,6 +105,11 @@ class Service(RequestMethods, HealthWatch, KernelLogReaction, DeviceArrival, Pro
         self.workers = FairWorkerPool(cfg.request_workers, "request")  # blocking request work
         self.own_errors = EpisodeLog()  # checks left inconclusive by fd/memory exhaustion
         self._pending_adds: dict[str, PciChange] = {}  # hot-adds that could not be described yet
+        self.front_end = None
+        if cfg.device_plugin:  # imported only when enabled: the core needs no grpcio
+            from .deviceplugin.front_end import DevicePluginFrontEnd
+
+            self.front_end = DevicePluginFrontEnd(self, cfg)
 
     # == start / stop ====================================================================
     def start(self, serve: bool = True) -> None:
@@ -137,6 +142,8 @@ class Service(RequestMethods, HealthWatch, KernelLogReaction, DeviceArrival, Pro
             )
             self._topology("boot")
         self.watcher.start()
+        if self.front_end is not None:
+            self.front_end.start()
         ticker = threading.Thread(target=self._tick, name="ticker", daemon=True)
         ticker.start()
         self._threads.append(ticker)
@@ -153,6 +160,8 @@ class Service(RequestMethods, HealthWatch, KernelLogReaction, DeviceArrival, Pro
 
     def stop(self) -> None:
         self._stop.set()
+        if self.front_end is not None:
+            self.front_end.stop()
         self.watcher.stop()
         if self.kernel_log:
             self.kernel_log.stop()

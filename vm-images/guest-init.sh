@@ -47,6 +47,9 @@ mkdir -p "$py"
 : > "$py/__init__.py"
 ln -s /opt/hilconform/src/runtime "$py/runtime"
 ln -s /opt/hilconform/src/tests "$py/tests"
+ln -s /opt/hilconform/src/emulators "$py/emulators"  # the kubelet stand-in runs on the node
+# The kubelet's plugin directory, private to this guest (device plugins and the stand-in).
+mkdir -p /var/lib/kubelet && mount -t tmpfs -o mode=0750 tmpfs /var/lib/kubelet
 # Bytecode goes to a tmpfs cache (the checkout is a read-only share): a deployed runtime has its
 # .pyc files, and compiling every module on each start under TCG cost ~2 s of DISC-03.
 export PYTHONPATH=/run/hilconform/py PYTHONPYCACHEPREFIX=/run/hilconform/pycache
