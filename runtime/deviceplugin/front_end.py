@@ -80,6 +80,7 @@ class Endpoint:
             os.unlink(self.path)
         self.server = serve_unix([device_plugin_handler(self)], self.path, MAX_MESSAGE_BYTES)
         self.registered = False
+        _log.info("device plugin %s serving on %s", self.resource, self.path)
 
     def stop_serving(self) -> None:
         with self._lock:

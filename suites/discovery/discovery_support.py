@@ -18,6 +18,9 @@ from hilconform.fixtures.host_protocol import (
     budget,  # noqa: F401 (the DISC tests import it from here)
     ms_to_event,
 )
+from hilconform.fixtures.node_clock import (  # noqa: F401 (DISC-03 imports it from here)
+    bare_python_start_ms,
+)
 from hilconform.fixtures.runtime_waits import (  # noqa: F401 (the DISC tests import them from here)
     COLD_DISCOVERY_TIMEOUT_S,
     subscribe_from_start,
@@ -26,6 +29,7 @@ from hilconform.fixtures.runtime_waits import (  # noqa: F401 (the DISC tests im
     wait_removed,
     wait_self_check_end,
 )
+from hilconform.fixtures.uevent_witness import GuestUeventWitness  # noqa: F401 (DISC-02/04 use it)
 
 REMOVED_CAUSES = {"hot_remove", "surprise", "vanished"}  # docs/protocol.md, event `removed`
 BDF_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -345,39 +349,13 @@ def guest_views(host, bdfs: list[str]) -> dict[str, GuestView]:
     return views
 
 
-def guest_monotonic_ns_of_process_start(host, pid: int) -> int:
-    """When the guest process `pid` started, on the guest's clock (ns since boot).
-
-    From /proc/PID/stat field 22 (clock ticks since boot). The guest never
-    suspends, so boot time and CLOCK_MONOTONIC (the runtime's ts_ns) agree.
-    """
-    result = host.shell(f"cut -d')' -f2- /proc/{int(pid)}/stat | awk '{{print $20}}'; getconf CLK_TCK")
-    fields = result.stdout.split()
-    if result.exit_code != 0 or len(fields) != 2 or not all(f.isdigit() for f in fields):
-        raise InfrastructureError(f"cannot read the start time of guest process {pid}: "
-                                  f"{result.stdout!r} {result.stderr!r}")
-    ticks, hz = (int(f) for f in fields)
-    return ticks * 1_000_000_000 // hz
-
-
-# The bare start any Python runtime on the node pays: the interpreter and pyudev (the runtime's one
-# dependency) imported, timed by the process itself from its start time (/proc/self/stat).
-_BARE_START = ("import os, time, pyudev; now = time.clock_gettime_ns(time.CLOCK_MONOTONIC); "
-               "ticks = int(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]); "
-               "print(ticks * 1_000_000_000 // os.sysconf('SC_CLK_TCK'), now)")
 
 
 def bare_interpreter_start_ms(host) -> float:
-    """DISC-03's floor: how long a bare `python3` that imports pyudev takes to start on the node
-    (process start -> import done, the node's clock, 10 ms resolution), so a slow test bed's
-    interpreter start is not read as the runtime's cold discovery."""
-    result = host.run(["python3", "-c", _BARE_START], timeout_s=60)
-    fields = result.stdout.split()
-    if result.exit_code != 0 or len(fields) != 2 or not all(f.isdigit() for f in fields):
-        raise InfrastructureError(f"a bare python3 with pyudev did not start on the node: "
-                                  f"{result.stdout!r} {result.stderr!r}")
-    started_ns, imported_ns = (int(f) for f in fields)
-    return ms_between(started_ns, imported_ns)
+    """DISC-03's floor: a bare `python3` importing pyudev (the runtime's one dependency), timed
+    by itself from its process start on the node, so a slow test bed's interpreter start is not
+    read as the runtime's cold discovery."""
+    return bare_python_start_ms(host, ("pyudev",))
 
 
 # -- profile ---------------------------------------------------------------------------------------
@@ -392,44 +370,3 @@ def empty_slot(host):
     if not slots:
         pytest.skip(f"profile {host.profile.name} has no empty hot-plug slot")
     return slots[0]
-
-
-# -- an independent witness of the guest's uevents ------------------------------------------------
-class GuestUeventWitness:
-    """`udevadm monitor --kernel` in the guest, at raised priority: when the kernel announced each
-    PCI event, on the guest's clock.
-
-    The kernel's own uevents say when a device was added, without trusting the runtime's
-    receipt times and before udevd's rules add their delay; the raised priority keeps the
-    witness from reading a storm late while the node is busy probing drivers.
-    """
-
-    LOG = "/run/hilconform/disc-uevent-witness.log"
-    _LINE = re.compile(r"^KERNEL\s*\[(\d+)\.(\d+)\]\s+(\w+)\s+(\S+)\s+\(pci\)")
-
-    def __init__(self, host, timeout_s: float = 10.0):
-        self.host = host
-        started = host.shell(f"nice -n -10 stdbuf -oL udevadm monitor --kernel --subsystem-match=pci "
-                             f"> {self.LOG} 2>&1 < /dev/null & echo $!")
-        pid = started.stdout.strip()
-        if started.exit_code != 0 or not pid.isdigit():
-            raise InfrastructureError(f"could not start udevadm monitor in the guest: {started.stderr!r}")
-        self.pid = int(pid)
-        ready = host.shell(f"for i in $(seq {int(timeout_s * 10)}); do "
-                           f"grep -q '^KERNEL - ' {self.LOG} && exit 0; sleep 0.1; done; exit 1",
-                           timeout_s=timeout_s + 10)
-        if ready.exit_code != 0:
-            self.stop()
-            raise InfrastructureError(f"udevadm monitor in the guest did not start listening within "
-                                      f"{timeout_s:.0f}s")
-
-    def stop(self) -> list[tuple[float, str, str]]:
-        """Stop the monitor; its PCI events as (guest monotonic ms, action, BDF)."""
-        result = self.host.shell(f"kill {self.pid} 2>/dev/null; cat {self.LOG}; rm -f {self.LOG}")
-        events = []
-        for line in result.stdout.splitlines():
-            match = self._LINE.match(line.strip())
-            if match:
-                seconds, micros, action, devpath = match.groups()
-                events.append((int(seconds) * 1000 + int(micros) / 1000, action, devpath.rsplit("/", 1)[-1]))
-        return events

@@ -1,0 +1,82 @@
+"""Helpers of the DP suite: what the kubelet stand-in was told, read from its records.
+
+A ListAndWatch record carries the whole device set the plugin advertised (`message.devices`:
+ID, health, topology), the node's `ts_ns` when it arrived, and the resource. Nothing here
+knows how a plugin names its devices: the suite judges only what reached the kubelet.
+"""
+
+from __future__ import annotations
+
+from hilconform.fixtures.device_plugin import (  # noqa: F401 (the DP tests import them from here)
+    FRONT_END_ON,
+    kubelet_with_plugin,
+)
+from hilconform.fixtures.host_protocol import budget  # noqa: F401 (the DP tests import it from here)
+
+HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
+SETTLE_S = 60.0  # how long a plugin may take to register and list at all (budgets judge the figures)
+
+
+def advertised(record: dict) -> dict[str, str]:
+    """ID -> health of one ListAndWatch record."""
+    return {d["ID"]: d["health"] for d in record["message"]["devices"]}
+
+
+def wait_list(kubelet, resource: str, since_seq: int, match, timeout_s: float, what: str) -> dict:
+    """The first ListAndWatch record of `resource` after `since_seq` whose device set
+    (`advertised`) `match` accepts."""
+    return kubelet.wait_record(
+        f"ListAndWatch message of {resource} with {what}",
+        lambda r: r["kind"] == "list_and_watch" and r["resource"] == resource and match(advertised(r)),
+        since_seq, timeout_s)
+
+
+def all_healthy(count: int):
+    return lambda devices: len(devices) == count and set(devices.values()) == {HEALTHY}
+
+
+def ms_after(record: dict, start_ns: int) -> float:
+    return (record["ts_ns"] - start_ns) / 1e6
+
+
+def listed_healthy(kubelet, plugin) -> dict[str, dict]:
+    """Each resource's first message listing all of its managed devices Healthy (resource -> record)."""
+    found = {}
+    for resource in plugin.resources:
+        count = len(plugin.managed(resource))
+        found[resource.name] = wait_list(kubelet, resource.name, 0, all_healthy(count), SETTLE_S,
+                                         f"its {count} managed devices all Healthy")
+    return found
+
+
+def latest_list(kubelet, resource: str) -> dict:
+    lists = [r for r in kubelet.records(0) if r["kind"] == "list_and_watch" and r["resource"] == resource]
+    if not lists:
+        raise AssertionError(f"no ListAndWatch message of {resource} at all")
+    return lists[-1]
+
+
+def one_lost(before: dict[str, str]):
+    """A device set in which exactly one of `before`'s IDs is gone or Unhealthy and every other
+    one is still listed Healthy."""
+    def match(devices: dict[str, str]) -> bool:
+        lost = [i for i in before if devices.get(i) != HEALTHY]
+        return len(lost) == 1 and all(devices.get(i) == HEALTHY for i in before if i not in lost)
+    return match
+
+
+def kernel_event_ms(seen: list, action: str, bdf: str) -> float:
+    """The node's-clock time (ms) the witness saw the kernel's `action` uevent of `bdf`."""
+    times = [ms for ms, act, dev in seen if act == action and dev == bdf]
+    if not times:
+        raise AssertionError(f"the uevent witness saw no kernel {action} of {bdf}: {seen}")
+    return times[-1]
+
+
+def resource_of(plugin, host, bdf: str):
+    """The plugin's resource whose model the device at `bdf` is."""
+    ids = {fn.bdf: fn.ids for fn in host.ground_truth()}.get(bdf)
+    for resource in plugin.resources:
+        if ids in resource.device_ids:
+            return resource
+    raise AssertionError(f"{bdf} ({ids}) belongs to no resource the plugin serves")

@@ -1,0 +1,61 @@
+"""DP-03 loss: a device removed without warning is reported Unhealthy or dropped within
+`dp_loss_ms`; the other devices stay listed and Healthy; the plugin keeps serving (Allocate of a
+remaining Healthy device still answers).
+
+Measured on the node's clock: the kernel's `remove` uevent (an independent `udevadm monitor`
+on the node) to the stand-in's record of the ListAndWatch message without the device Healthy.
+Up to LOSSES devices, one after the other, on a host that boots with the plugin.
+"""
+
+from __future__ import annotations
+
+import pytest
+from dp_support import (
+    FRONT_END_ON,
+    HEALTHY,
+    advertised,
+    budget,
+    kernel_event_ms,
+    kubelet_with_plugin,
+    latest_list,
+    listed_healthy,
+    ms_after,
+    one_lost,
+    resource_of,
+    wait_list,
+)
+
+from hilconform.fixtures.uevent_witness import GuestUeventWitness
+
+pytestmark = [pytest.mark.clause("DP-03"), pytest.mark.destructive, pytest.mark.needs("kubelet-stand-in")]
+
+LOSSES = 2
+
+
+@pytest.mark.needs("surprise-removal")
+def test_a_device_removed_without_warning_is_dropped_or_unhealthy(host_factory, measurements):
+    host = host_factory.start(hotplug_mode="acpi", runtime_overrides=FRONT_END_ON)
+    limit = budget(host, "dp_loss_ms")
+    figures = []
+    with kubelet_with_plugin(host, start_plugin=False) as (kubelet, plugin):
+        listed_healthy(kubelet, plugin)
+        for target in host.targets("surprise-removal")[:LOSSES]:
+            bdf = host.target_bdf(target)
+            resource = resource_of(plugin, host, bdf)
+            before = advertised(latest_list(kubelet, resource.name))
+            mark = kubelet.last_seq()
+            witness = GuestUeventWitness(host)
+            try:
+                host.get("surprise-removal").remove(target)
+                lost = wait_list(kubelet, resource.name, mark, one_lost(before), limit / 1000 + 30,
+                                 f"the device at {bdf} gone or Unhealthy and the others Healthy")
+            finally:
+                seen = witness.stop()
+            figures.append(ms_after(lost, int(kernel_event_ms(seen, "remove", bdf) * 1e6)))
+            remaining = [i for i, health in advertised(lost).items() if health == HEALTHY]
+            if remaining:
+                answer = kubelet.ask("allocate", {"resource": resource.name, "containers": [remaining[:1]]})
+                assert len(answer["response"]["container_responses"]) == 1
+    summary = measurements.record("DP-03", "loss_surprise_removal", figures, "ms", budget=limit,
+                                  budget_stat="max")
+    assert summary.within_budget, summary.text()

@@ -1,0 +1,65 @@
+"""DP-04 return: a device that comes back (here: removed without warning, then the same unit
+re-added to its slot) is Healthy again within `dp_return_ms`, under the same ID, without a
+plugin restart.
+
+Measured on the node's clock: the kernel's `add` uevent of the re-added device (an independent
+`udevadm monitor`) to the stand-in's record of the ListAndWatch message listing every ID it had
+before the loss Healthy again.
+"""
+
+from __future__ import annotations
+
+import pytest
+from dp_support import (
+    FRONT_END_ON,
+    HEALTHY,
+    advertised,
+    budget,
+    kernel_event_ms,
+    kubelet_with_plugin,
+    latest_list,
+    listed_healthy,
+    ms_after,
+    one_lost,
+    resource_of,
+    wait_list,
+)
+
+from hilconform.fixtures.uevent_witness import GuestUeventWitness
+
+pytestmark = [pytest.mark.clause("DP-04"), pytest.mark.destructive, pytest.mark.needs("kubelet-stand-in")]
+
+RETURNS = 2
+
+
+@pytest.mark.needs("surprise-removal", "hot-add")
+def test_a_device_back_in_its_slot_is_healthy_again_under_its_id(host_factory, measurements):
+    host = host_factory.start(hotplug_mode="acpi", runtime_overrides=FRONT_END_ON)
+    limit = budget(host, "dp_return_ms")
+    figures = []
+    with kubelet_with_plugin(host, start_plugin=False) as (kubelet, plugin):
+        listed_healthy(kubelet, plugin)
+        pid = host.runtime_pid()
+        for target in host.targets("surprise-removal")[:RETURNS]:
+            bdf = host.target_bdf(target)
+            resource = resource_of(plugin, host, bdf)
+            before = advertised(latest_list(kubelet, resource.name))
+            mark = kubelet.last_seq()
+            host.get("surprise-removal").remove(target)
+            wait_list(kubelet, resource.name, mark, one_lost(before), 60, f"the device at {bdf} lost")
+            mark = kubelet.last_seq()
+            witness = GuestUeventWitness(host)
+            try:
+                host.get("hot-add").hot_add(target)
+                back = wait_list(
+                    kubelet, resource.name, mark,
+                    lambda devices, ids=set(before): ids <= set(devices) and all(
+                        devices[i] == HEALTHY for i in ids),
+                    limit / 1000 + 30, f"every ID it had before ({sorted(before)}) Healthy again")
+            finally:
+                seen = witness.stop()
+            figures.append(ms_after(back, int(kernel_event_ms(seen, "add", bdf) * 1e6)))
+        assert host.runtime_pid() == pid, "the plugin was restarted"
+    summary = measurements.record("DP-04", "return_after_re_add", figures, "ms", budget=limit,
+                                  budget_stat="max")
+    assert summary.within_budget, summary.text()

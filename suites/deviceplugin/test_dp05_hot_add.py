@@ -1,0 +1,60 @@
+"""DP-05 hot-add: a device added to an empty slot is advertised (listed Healthy, the devices
+listed before still Healthy) within `dp_hot_add_ms`, without a plugin restart.
+
+Measured on the node's clock: the kernel's `add` uevent (an independent `udevadm monitor`) to
+the stand-in's record of the ListAndWatch message listing one more Healthy device.
+"""
+
+from __future__ import annotations
+
+import pytest
+from dp_support import (
+    FRONT_END_ON,
+    HEALTHY,
+    advertised,
+    budget,
+    kernel_event_ms,
+    kubelet_with_plugin,
+    latest_list,
+    listed_healthy,
+    ms_after,
+    resource_of,
+    wait_list,
+)
+
+from hilconform.fixtures.uevent_witness import GuestUeventWitness
+
+pytestmark = [pytest.mark.clause("DP-05"), pytest.mark.destructive, pytest.mark.needs("kubelet-stand-in")]
+
+
+@pytest.mark.needs("hot-add")
+def test_a_device_added_to_an_empty_slot_is_advertised(host_factory, measurements):
+    host = host_factory.start(hotplug_mode="acpi", runtime_overrides=FRONT_END_ON)
+    limit = budget(host, "dp_hot_add_ms")
+    empty = [s for s in host.profile.slots if not s.populated]
+    if not empty:
+        pytest.skip(f"profile {host.profile.name} has no empty hot-plug slot")
+    figures = []
+    with kubelet_with_plugin(host, start_plugin=False) as (kubelet, plugin):
+        listed_healthy(kubelet, plugin)
+        pid = host.runtime_pid()
+        for slot in empty:
+            mark = kubelet.last_seq()
+            lists = {r.name: advertised(latest_list(kubelet, r.name)) for r in plugin.resources}
+            witness = GuestUeventWitness(host)
+            try:
+                added = host.hot_add(slot.name)
+                resource = resource_of(plugin, host, added.bdf)
+                before = lists[resource.name]
+                grown = wait_list(
+                    kubelet, resource.name, mark,
+                    lambda devices, old=before: len(devices) == len(old) + 1 and set(old) < set(devices)
+                    and set(devices.values()) == {HEALTHY},
+                    limit / 1000 + 30, f"one more device than {sorted(before)}, all Healthy")
+            finally:
+                seen = witness.stop()
+            figures.append(ms_after(grown, int(kernel_event_ms(seen, "add", added.bdf) * 1e6)))
+        assert host.runtime_pid() == pid, "the plugin was restarted"
+    summary = measurements.record("DP-05", "hot_add_advertised", figures, "ms", budget=limit,
+                                  budget_stat="max")
+    assert summary.within_budget, summary.text()

@@ -1,0 +1,41 @@
+"""DP-08 kubelet restart: when the kubelet restarts (the stand-in removes every socket in the
+plugin directory and serves a new kubelet.sock, as the kubelet does), the plugin registers again
+within `dp_reregister_ms` and advertises the same IDs, without being restarted itself.
+
+Measured on the node's clock: the stand-in's `kubelet_start` record of the restart to the first
+ListAndWatch message of the new registration, RESTARTS times (every one judged: max).
+"""
+
+from __future__ import annotations
+
+import pytest
+from dp_support import SETTLE_S, advertised, budget, kubelet_with_plugin, listed_healthy, ms_after
+
+pytestmark = [pytest.mark.clause("DP-08"), pytest.mark.needs("kubelet-stand-in")]
+
+RESTARTS = 3
+
+
+def test_plugin_registers_again_after_a_kubelet_restart(host, measurements):
+    limit = budget(host, "dp_reregister_ms")
+    figures = []
+    with kubelet_with_plugin(host) as (kubelet, plugin):
+        before = {name: sorted(advertised(r)) for name, r in listed_healthy(kubelet, plugin).items()}
+        pid = host.runtime_pid()
+        for _ in range(RESTARTS):
+            mark = kubelet.last_seq()
+            kubelet.restart_kubelet()
+            restarted = kubelet.wait_record("kubelet restart", lambda r: r["kind"] == "kubelet_start",
+                                            mark, 30)
+            for resource in plugin.resources:
+                first = kubelet.wait_record(
+                    f"ListAndWatch message of {resource.name} after the kubelet restarted",
+                    lambda r, name=resource.name: r["kind"] == "list_and_watch" and r["resource"] == name,
+                    restarted["seq"], SETTLE_S)
+                figures.append(ms_after(first, restarted["ts_ns"]))
+                assert sorted(advertised(first)) == before[resource.name], (
+                    f"{resource.name}: IDs after the kubelet restart {sorted(advertised(first))}, "
+                    f"before {before[resource.name]}")
+        assert host.runtime_pid() == pid, "the plugin was restarted, not re-registered"
+    summary = measurements.record("DP-08", "reregister", figures, "ms", budget=limit, budget_stat="max")
+    assert summary.within_budget, summary.text()
