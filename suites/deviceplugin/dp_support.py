@@ -80,3 +80,12 @@ def resource_of(plugin, host, bdf: str):
         if ids in resource.device_ids:
             return resource
     raise AssertionError(f"{bdf} ({ids}) belongs to no resource the plugin serves")
+
+
+def wait_gone(host, bdf: str, timeout_s: float = 30.0) -> None:
+    """Until the node no longer has `bdf` (an orderly removal ends with the slot powered off)."""
+    result = host.shell(f"for i in $(seq {int(timeout_s * 10)}); do "
+                        f"[ -e /sys/bus/pci/devices/{bdf} ] || exit 0; sleep 0.1; done; exit 1",
+                        timeout_s=timeout_s + 10)
+    if result.exit_code != 0:
+        raise AssertionError(f"{bdf} still on the node {timeout_s:.0f} s after its removal")

@@ -18,9 +18,7 @@ from hilconform.fixtures.host_protocol import (
     budget,  # noqa: F401 (the DISC tests import it from here)
     ms_to_event,
 )
-from hilconform.fixtures.node_clock import (  # noqa: F401 (DISC-03 imports it from here)
-    bare_python_start_ms,
-)
+from hilconform.fixtures.node_clock import bare_python_start_ms
 from hilconform.fixtures.runtime_waits import (  # noqa: F401 (the DISC tests import them from here)
     COLD_DISCOVERY_TIMEOUT_S,
     subscribe_from_start,

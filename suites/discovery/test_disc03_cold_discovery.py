@@ -31,12 +31,12 @@ import pytest
 from discovery_support import (
     COLD_DISCOVERY_TIMEOUT_S,
     bare_interpreter_start_ms,
-    guest_monotonic_ns_of_process_start,
     ms_between,
     subscribe_from_start,
 )
 
 from hilconform.fixtures.floor_judgement import FloorBudgets, judge_over_floor
+from hilconform.fixtures.node_clock import node_monotonic_ns_of_process_start
 
 pytestmark = [pytest.mark.clause("DISC-03"), pytest.mark.slow]
 
@@ -55,7 +55,7 @@ def test_cold_discovery_after_runtime_start(host, measurements):
         host.restart_runtime()
         pid = host.runtime_pid()
         assert pid != old_pid, "restart_runtime left the old runtime process in place"
-        started_ns = guest_monotonic_ns_of_process_start(host, pid)
+        started_ns = node_monotonic_ns_of_process_start(host, pid)
         runtime = host.runtime
         assert runtime.hello["pid"] == pid, (
             f"the runtime answering is pid {runtime.hello['pid']}, the one started is {pid}")

@@ -69,8 +69,13 @@ def test_every_mutant_applies_to_the_runtime_as_the_guest_imports_it(tmp_path):
         "print('applied', len(sys.argv) - 2)\n"
     )
     names = [m.name for m in CATALOGUE]
+    # grpcio (the device-plugin mutants patch the front end) is a system package in the guest;
+    # here its folder goes on the path alone (-S: no .pth files, so not this checkout's install).
+    import grpc
+
+    grpc_home = str(Path(grpc.__file__).resolve().parent.parent)
     done = subprocess.run([sys.executable, "-S", "-c", script, str(tmp_path), *names],
-                          env={"PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"},
+                          env={"PYTHONPATH": f"{tmp_path}:{grpc_home}", "PYTHONDONTWRITEBYTECODE": "1"},
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"applied {len(names)}"
