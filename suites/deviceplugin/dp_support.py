@@ -7,10 +7,7 @@ knows how a plugin names its devices: the suite judges only what reached the kub
 
 from __future__ import annotations
 
-from hilconform.fixtures.device_plugin import (  # noqa: F401 (the DP tests import them from here)
-    FRONT_END_ON,
-    kubelet_with_plugin,
-)
+from hilconform.fixtures.device_plugin import kubelet_with_plugin  # noqa: F401 (the DP tests import it)
 from hilconform.fixtures.host_protocol import budget  # noqa: F401 (the DP tests import it from here)
 
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"

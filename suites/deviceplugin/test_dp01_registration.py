@@ -29,11 +29,11 @@ BUDGETS = FloorBudgets(absolute="dp_first_list_ms", share="dp_first_list_over_fl
                        floor_limit="dp_first_list_floor_limit_ms")
 
 
-def test_plugin_registers_and_lists_within_budget(host, measurements):
+def test_plugin_registers_and_lists_within_budget(host, measurements, device_plugin):
     figures, floors = [], []
     for _ in range(STARTS):
         floor_ms = bare_python_start_ms(host, ("grpc",))
-        with kubelet_with_plugin(host) as (kubelet, plugin):
+        with kubelet_with_plugin(host, device_plugin) as (kubelet, plugin):
             started = kubelet.plugin_started_ns
             expected = {r.name for r in plugin.resources}
             for resource in sorted(expected):

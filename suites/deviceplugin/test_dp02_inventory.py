@@ -16,10 +16,10 @@ def _numa_nodes(host, bdfs: list[str]) -> list[int]:
     return sorted(max(int(n), 0) for n in out)  # -1 (no NUMA information) is advertised as none or 0
 
 
-def test_advertised_devices_are_the_managed_ones_healthy_with_stable_ids(host):
+def test_advertised_devices_are_the_managed_ones_healthy_with_stable_ids(host, device_plugin):
     first_ids = {}
     for round_ in range(2):
-        with kubelet_with_plugin(host) as (kubelet, plugin):
+        with kubelet_with_plugin(host, device_plugin) as (kubelet, plugin):
             seen = listed_healthy(kubelet, plugin)
             for resource in plugin.resources:
                 record = seen[resource.name]

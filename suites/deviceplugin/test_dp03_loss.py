@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 from dp_support import (
-    FRONT_END_ON,
     HEALTHY,
     advertised,
     budget,
@@ -33,11 +32,11 @@ LOSSES = 2
 
 
 @pytest.mark.needs("surprise-removal")
-def test_a_device_removed_without_warning_is_dropped_or_unhealthy(host_factory, measurements):
-    host = host_factory.start(hotplug_mode="acpi", runtime_overrides=FRONT_END_ON)
+def test_a_device_removed_without_warning_is_dropped_or_unhealthy(host_factory, measurements, device_plugin):
+    host = host_factory.start(hotplug_mode="acpi", runtime_overrides=device_plugin.boot_overrides)
     limit = budget(host, "dp_loss_ms")
     figures = []
-    with kubelet_with_plugin(host, start_plugin=False) as (kubelet, plugin):
+    with kubelet_with_plugin(host, device_plugin, booted=True) as (kubelet, plugin):
         listed_healthy(kubelet, plugin)
         for target in host.targets("surprise-removal")[:LOSSES]:
             bdf = host.target_bdf(target)

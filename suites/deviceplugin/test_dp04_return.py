@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import pytest
 from dp_support import (
-    FRONT_END_ON,
     HEALTHY,
     advertised,
     budget,
@@ -36,11 +35,11 @@ RETURNS = 2
 
 
 @pytest.mark.needs("orderly-removal", "hot-add")
-def test_a_device_back_in_its_slot_is_healthy_again_under_its_id(host_factory, measurements):
-    host = host_factory.start(hotplug_mode="native", runtime_overrides=FRONT_END_ON)
+def test_a_device_back_in_its_slot_is_healthy_again_under_its_id(host_factory, measurements, device_plugin):
+    host = host_factory.start(hotplug_mode="native", runtime_overrides=device_plugin.boot_overrides)
     limit = budget(host, "dp_return_ms")
     figures = []
-    with kubelet_with_plugin(host, start_plugin=False) as (kubelet, plugin):
+    with kubelet_with_plugin(host, device_plugin, booted=True) as (kubelet, plugin):
         listed_healthy(kubelet, plugin)
         pid = host.runtime_pid()
         for target in host.targets("orderly-removal")[:RETURNS]:

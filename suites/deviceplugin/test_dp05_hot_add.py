@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 from dp_support import (
-    FRONT_END_ON,
     HEALTHY,
     advertised,
     budget,
@@ -28,14 +27,14 @@ pytestmark = [pytest.mark.clause("DP-05"), pytest.mark.destructive, pytest.mark.
 
 
 @pytest.mark.needs("hot-add")
-def test_a_device_added_to_an_empty_slot_is_advertised(host_factory, measurements):
-    host = host_factory.start(hotplug_mode="acpi", runtime_overrides=FRONT_END_ON)
+def test_a_device_added_to_an_empty_slot_is_advertised(host_factory, measurements, device_plugin):
+    host = host_factory.start(hotplug_mode="acpi", runtime_overrides=device_plugin.boot_overrides)
     limit = budget(host, "dp_hot_add_ms")
     empty = [s for s in host.profile.slots if not s.populated]
     if not empty:
         pytest.skip(f"profile {host.profile.name} has no empty hot-plug slot")
     figures = []
-    with kubelet_with_plugin(host, start_plugin=False) as (kubelet, plugin):
+    with kubelet_with_plugin(host, device_plugin, booted=True) as (kubelet, plugin):
         listed_healthy(kubelet, plugin)
         pid = host.runtime_pid()
         for slot in empty:

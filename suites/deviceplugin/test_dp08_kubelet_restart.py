@@ -16,10 +16,10 @@ pytestmark = [pytest.mark.clause("DP-08"), pytest.mark.needs("kubelet-stand-in")
 RESTARTS = 3
 
 
-def test_plugin_registers_again_after_a_kubelet_restart(host, measurements):
+def test_plugin_registers_again_after_a_kubelet_restart(host, measurements, device_plugin):
     limit = budget(host, "dp_reregister_ms")
     figures = []
-    with kubelet_with_plugin(host) as (kubelet, plugin):
+    with kubelet_with_plugin(host, device_plugin) as (kubelet, plugin):
         before = {name: sorted(advertised(r)) for name, r in listed_healthy(kubelet, plugin).items()}
         pid = host.runtime_pid()
         for _ in range(RESTARTS):

@@ -22,8 +22,8 @@ def _missing_nodes(host, paths: list[str]) -> list[str]:
     return host.shell(check).stdout.split()
 
 
-def test_allocate_answers_existing_nodes_and_refuses_unknown_ids(host):
-    with kubelet_with_plugin(host) as (kubelet, plugin):
+def test_allocate_answers_existing_nodes_and_refuses_unknown_ids(host, device_plugin):
+    with kubelet_with_plugin(host, device_plugin) as (kubelet, plugin):
         for name, record in listed_healthy(kubelet, plugin).items():
             ids = sorted(i for i, health in advertised(record).items() if health == HEALTHY)
             containers = [[i] for i in ids] + [ids]
