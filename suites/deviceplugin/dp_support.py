@@ -86,3 +86,10 @@ def wait_gone(host, bdf: str, timeout_s: float = 30.0) -> None:
                         timeout_s=timeout_s + 10)
     if result.exit_code != 0:
         raise AssertionError(f"{bdf} still on the node {timeout_s:.0f} s after its removal")
+
+
+def fresh_host(host_factory, device_plugin, hotplug_mode: str | None):
+    """A fresh emulated host booted for the plugin under test (the reference front end on from the
+    start; nothing for a command plugin). On a real host `host_factory` skips first."""
+    overrides = device_plugin.boot_overrides if device_plugin is not None else None
+    return host_factory.start(hotplug_mode=hotplug_mode, runtime_overrides=overrides)

@@ -14,6 +14,7 @@ from dp_support import (
     HEALTHY,
     advertised,
     budget,
+    fresh_host,
     kernel_event_ms,
     kubelet_with_plugin,
     latest_list,
@@ -33,7 +34,7 @@ LOSSES = 2
 
 @pytest.mark.needs("surprise-removal")
 def test_a_device_removed_without_warning_is_dropped_or_unhealthy(host_factory, measurements, device_plugin):
-    host = host_factory.start(hotplug_mode="acpi", runtime_overrides=device_plugin.boot_overrides)
+    host = fresh_host(host_factory, device_plugin, "acpi")
     limit = budget(host, "dp_loss_ms")
     figures = []
     with kubelet_with_plugin(host, device_plugin, booted=True) as (kubelet, plugin):

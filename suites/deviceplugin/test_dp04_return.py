@@ -16,6 +16,7 @@ from dp_support import (
     HEALTHY,
     advertised,
     budget,
+    fresh_host,
     kernel_event_ms,
     kubelet_with_plugin,
     latest_list,
@@ -36,7 +37,7 @@ RETURNS = 2
 
 @pytest.mark.needs("orderly-removal", "hot-add")
 def test_a_device_back_in_its_slot_is_healthy_again_under_its_id(host_factory, measurements, device_plugin):
-    host = host_factory.start(hotplug_mode="native", runtime_overrides=device_plugin.boot_overrides)
+    host = fresh_host(host_factory, device_plugin, "native")
     limit = budget(host, "dp_return_ms")
     figures = []
     with kubelet_with_plugin(host, device_plugin, booted=True) as (kubelet, plugin):

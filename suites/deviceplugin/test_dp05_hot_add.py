@@ -12,6 +12,7 @@ from dp_support import (
     HEALTHY,
     advertised,
     budget,
+    fresh_host,
     kernel_event_ms,
     kubelet_with_plugin,
     latest_list,
@@ -28,7 +29,7 @@ pytestmark = [pytest.mark.clause("DP-05"), pytest.mark.destructive, pytest.mark.
 
 @pytest.mark.needs("hot-add")
 def test_a_device_added_to_an_empty_slot_is_advertised(host_factory, measurements, device_plugin):
-    host = host_factory.start(hotplug_mode="acpi", runtime_overrides=device_plugin.boot_overrides)
+    host = fresh_host(host_factory, device_plugin, "acpi")
     limit = budget(host, "dp_hot_add_ms")
     empty = [s for s in host.profile.slots if not s.populated]
     if not empty:

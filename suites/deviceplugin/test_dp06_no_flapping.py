@@ -17,6 +17,7 @@ from dp_support import (
     HEALTHY,
     UNHEALTHY,
     advertised,
+    fresh_host,
     kubelet_with_plugin,
     latest_list,
     listed_healthy,
@@ -80,7 +81,7 @@ def _device_id_of(host, kubelet, resource: str, bdf: str, ids: set[str]) -> str:
 
 @pytest.mark.needs("aer-nonfatal")
 def test_a_recovered_nonfatal_error_is_at_most_one_round_trip(host_factory, device_plugin):
-    host = host_factory.start(runtime_overrides=device_plugin.boot_overrides)
+    host = fresh_host(host_factory, device_plugin, None)
     with kubelet_with_plugin(host, device_plugin, booted=True) as (kubelet, plugin):
         target, bdf, resource, ids = _target_and_id(host, kubelet, plugin, "aer-nonfatal")
         device_id = _device_id_of(host, kubelet, resource, bdf, ids)
@@ -91,7 +92,7 @@ def test_a_recovered_nonfatal_error_is_at_most_one_round_trip(host_factory, devi
 
 @pytest.mark.needs("reset")
 def test_a_completed_reset_is_at_most_one_round_trip(host_factory, device_plugin):
-    host = host_factory.start(runtime_overrides=device_plugin.boot_overrides)
+    host = fresh_host(host_factory, device_plugin, None)
     with kubelet_with_plugin(host, device_plugin, booted=True) as (kubelet, plugin):
         target, bdf, resource, ids = _target_and_id(host, kubelet, plugin, "reset")
         device_id = _device_id_of(host, kubelet, resource, bdf, ids)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 from dp_support import (
     advertised,
+    fresh_host,
     kernel_event_ms,
     kubelet_with_plugin,
     latest_list,
@@ -34,7 +35,7 @@ REMOVALS = 2
 @pytest.mark.needs("orderly-removal")
 def test_orderly_removal_reaches_the_kubelet_before_the_device_leaves(host_factory, measurements,
                                                                       device_plugin):
-    host = host_factory.start(hotplug_mode="native", runtime_overrides=device_plugin.boot_overrides)
+    host = fresh_host(host_factory, device_plugin, "native")
     leads = []
     with kubelet_with_plugin(host, device_plugin, booted=True) as (kubelet, plugin):
         listed_healthy(kubelet, plugin)
