@@ -47,7 +47,7 @@ from lifecycle_support import (
     wait_until,
 )
 
-from hilconform.fixtures.errors import InfrastructureError
+from hilconform.fixtures.errors import Inconclusive, InfrastructureError
 from hilconform.fixtures.guest_kernel_log import (
     kernel_log_lines,
     kernel_minus_monotonic_ns,
@@ -456,7 +456,8 @@ def test_a_device_in_error_recovery_is_never_allocated(host):
     device's health (granted, or refused other than DEVICE_BUSY: the other prober's lease or
     request in flight); a window the probe missed (a kernel recovery of 150 ms, a host stall) is
     observed again with another fatal error (the next aer-fatal slot whose device is HEALTHY), up
-    to OBSERVATIONS times, then the test bed is reported broken. When a probe started after the
+    to OBSERVATIONS times, then the clause is inconclusive (the test bed too slow to probe inside
+    a window). When a probe started after the
     injection came too late for the window (the host's injection returned after the kernel was
     done: a real host over SSH), the next observations probe from before the injection and count
     every answer inside the window (a weaker judgement: the probe's own leases can cover it). Every
@@ -475,7 +476,9 @@ def test_a_device_in_error_recovery_is_never_allocated(host):
             return
     finally:
         _leave_recovered(runtime, {o.bdf for o in observations})
-    raise InfrastructureError(
+    # The test bed answered too slowly to probe inside any window (a loaded runner: round trips
+    # of over a second against windows of ~0.2 s): neither a pass nor a failure.
+    raise Inconclusive(
         f"LIFE-03 test bed: no recovery window covered by {MIN_JUDGED} allocate requests in "
         f"{len(observations)} fatal error(s) (at most {OBSERVATIONS}; the next needs a HEALTHY "
         f"aer-fatal device): " + "; ".join(o.summary() for o in observations))
