@@ -6,9 +6,9 @@ Usage: naive_static_plugin.py RESOURCE VVVV:DDDD [PLUGIN_DIR]
 It behaves as many small plugins do: it lists the PCI devices of one vendor:device from sysfs
 once, at start, all Healthy, registers with kubelet.sock, sends that one ListAndWatch message
 and never another, never watches its socket (no re-registration after a kubelet restart), and
-answers Allocate with the device nodes below each device. Expected against the DP suite: DP-01,
-DP-02, DP-09 pass; DP-03, DP-05 (and DP-04's loss) and DP-08 fail. It is not part of hilconform's
-runtime; it uses the project's API package only to speak v1beta1.
+answers Allocate with the device nodes below each device. Written to pass DP-01, DP-02 and DP-09
+and to fail DP-03, DP-05 (and DP-04's loss) and DP-08 (not yet run through the suite). It is
+not part of hilconform's runtime; it uses the project's API package only to speak v1beta1.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from hilconform.emulators.profile import load_profile
 CASES = [
     (["--host", "emulated:nonesuch"], "unknown emulated host 'nonesuch'"),
     (["--host", "mars:a100"], "unknown host kind 'mars'"),
-    (["--host", "emulated:a100", "--suite", "nonesuch"], "unknown suite 'nonesuch' (known: aer, deviceplugin, discovery"),
+    (["--host", "emulated:a100", "--suite", "nonesuch"],
+     "unknown suite 'nonesuch' (known: aer, deviceplugin, discovery"),
     (
         ["--host", "emulated:a100", "--suite", "aer", "--clause", "DISC-01"],
         "no test of the chosen suites checks clause DISC-01",
