@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from hilconform.fixtures.device_plugin import kubelet_with_plugin  # noqa: F401 (the DP tests import it)
 from hilconform.fixtures.host_protocol import budget  # noqa: F401 (the DP tests import it from here)
+from hilconform.fixtures.uevent_witness import GuestUeventWitness
 
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 SETTLE_S = 60.0  # how long a plugin may take to register and list at all (budgets judge the figures)
@@ -93,3 +94,25 @@ def fresh_host(host_factory, device_plugin, hotplug_mode: str | None):
     start; nothing for a command plugin). On a real host `host_factory` skips first."""
     overrides = device_plugin.boot_overrides if device_plugin is not None else None
     return host_factory.start(hotplug_mode=hotplug_mode, runtime_overrides=overrides)
+
+
+def remove_and_await_loss(host, kubelet, plugin, target: str, capability: str, timeout_s: float,
+                          wait_departure: bool = False) -> tuple[str, dict, float]:
+    """Remove `target`'s device through `capability` while the uevent witness watches; its
+    resource, the ListAndWatch record of the loss (exactly it gone or Unhealthy, the others still
+    Healthy) and the node's-clock ms of the kernel's `remove` uevent. `wait_departure`: also until
+    the node no longer has the device, before the witness stops."""
+    bdf = host.target_bdf(target)
+    resource = resource_of(plugin, host, bdf).name
+    before = advertised(latest_list(kubelet, resource))
+    mark = kubelet.last_seq()
+    witness = GuestUeventWitness(host)
+    try:
+        host.get(capability).remove(target)
+        lost = wait_list(kubelet, resource, mark, one_lost(before), timeout_s,
+                         f"the device at {bdf} gone or Unhealthy and the others Healthy")
+        if wait_departure:
+            wait_gone(host, bdf)
+    finally:
+        seen = witness.stop()
+    return resource, lost, kernel_event_ms(seen, "remove", bdf)

@@ -15,17 +15,11 @@ from dp_support import (
     advertised,
     budget,
     fresh_host,
-    kernel_event_ms,
     kubelet_with_plugin,
-    latest_list,
     listed_healthy,
     ms_after,
-    one_lost,
-    resource_of,
-    wait_list,
+    remove_and_await_loss,
 )
-
-from hilconform.fixtures.uevent_witness import GuestUeventWitness
 
 pytestmark = [pytest.mark.clause("DP-03"), pytest.mark.destructive, pytest.mark.needs("kubelet-stand-in")]
 
@@ -40,21 +34,12 @@ def test_a_device_removed_without_warning_is_dropped_or_unhealthy(host_factory, 
     with kubelet_with_plugin(host, device_plugin, booted=True) as (kubelet, plugin):
         listed_healthy(kubelet, plugin)
         for target in host.targets("surprise-removal")[:LOSSES]:
-            bdf = host.target_bdf(target)
-            resource = resource_of(plugin, host, bdf)
-            before = advertised(latest_list(kubelet, resource.name))
-            mark = kubelet.last_seq()
-            witness = GuestUeventWitness(host)
-            try:
-                host.get("surprise-removal").remove(target)
-                lost = wait_list(kubelet, resource.name, mark, one_lost(before), limit / 1000 + 30,
-                                 f"the device at {bdf} gone or Unhealthy and the others Healthy")
-            finally:
-                seen = witness.stop()
-            figures.append(ms_after(lost, int(kernel_event_ms(seen, "remove", bdf) * 1e6)))
+            resource, lost, removed_ms = remove_and_await_loss(
+                host, kubelet, plugin, target, "surprise-removal", limit / 1000 + 30)
+            figures.append(ms_after(lost, int(removed_ms * 1e6)))
             remaining = [i for i, health in advertised(lost).items() if health == HEALTHY]
             if remaining:
-                answer = kubelet.ask("allocate", {"resource": resource.name, "containers": [remaining[:1]]})
+                answer = kubelet.ask("allocate", {"resource": resource, "containers": [remaining[:1]]})
                 assert len(answer["response"]["container_responses"]) == 1
     summary = measurements.record("DP-03", "loss_surprise_removal", figures, "ms", budget=limit,
                                   budget_stat="max")

@@ -13,19 +13,11 @@ from __future__ import annotations
 
 import pytest
 from dp_support import (
-    advertised,
     fresh_host,
-    kernel_event_ms,
     kubelet_with_plugin,
-    latest_list,
     listed_healthy,
-    one_lost,
-    resource_of,
-    wait_gone,
-    wait_list,
+    remove_and_await_loss,
 )
-
-from hilconform.fixtures.uevent_witness import GuestUeventWitness
 
 pytestmark = [pytest.mark.clause("DP-07"), pytest.mark.destructive, pytest.mark.needs("kubelet-stand-in")]
 
@@ -41,18 +33,8 @@ def test_orderly_removal_reaches_the_kubelet_before_the_device_leaves(host_facto
         listed_healthy(kubelet, plugin)
         for target in host.targets("orderly-removal")[:REMOVALS]:
             bdf = host.target_bdf(target)
-            resource = resource_of(plugin, host, bdf)
-            before = advertised(latest_list(kubelet, resource.name))
-            mark = kubelet.last_seq()
-            witness = GuestUeventWitness(host)
-            try:
-                host.get("orderly-removal").remove(target)
-                lost = wait_list(kubelet, resource.name, mark, one_lost(before), 60,
-                                 f"the device at {bdf} gone or Unhealthy and the others Healthy")
-                wait_gone(host, bdf)
-            finally:
-                seen = witness.stop()
-            removed_ms = kernel_event_ms(seen, "remove", bdf)
+            _, lost, removed_ms = remove_and_await_loss(
+                host, kubelet, plugin, target, "orderly-removal", 60, wait_departure=True)
             lead_ms = removed_ms - lost["ts_ns"] / 1e6
             assert lead_ms > 0, (
                 f"the kubelet heard of {bdf}'s orderly removal {-lead_ms:.0f} ms after it left the bus")
