@@ -3,7 +3,8 @@
 Exit status: 0 after a shutdown request or SIGTERM/SIGINT, 2 for a bad
 config (the message names the file and the key), 1 when it cannot start.
 SIGUSR1 writes every thread's stack to stderr (the log) and carries on: how a
-test bed that saw the runtime stop answering learns where it was stuck.
+test bed that saw the runtime stop answering learns where it was stuck. A fatal
+signal (SIGBUS from a BAR mapping revoked under a read, SIGSEGV) writes them too.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     # workers run health polls, and each handover it waits for delays every reply.
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+    faulthandler.enable(file=sys.stderr, all_threads=True)  # a fatal signal (SIGBUS, SIGSEGV) says where
 
     from .service import Service  # after the config: a config error needs no pyudev
 

@@ -11,6 +11,7 @@ raise own_resources.Inconclusive instead of reading as "absent" or
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import mmap
 import os
@@ -163,7 +164,8 @@ class Sysfs:
     def read_mmio(self, bdf: str, bar: int, offset: int = 0, size: int = 4) -> bytes | None:
         """``size`` bytes at ``offset`` of BAR ``bar`` via resourceN: mmap (memory BARs),
         else pread (I/O BARs, plain files); None when not possible (no BAR, no rights, gone).
-        Aligned 4/8-byte reads are done as one load, as device registers expect.
+        The kernel copies the bytes (``_mmap_read``: a mapping revoked under the read is None,
+        never a SIGBUS that kills the runtime).
         """
         path = self.device_path(bdf, f"resource{bar}")
         try:
@@ -297,7 +299,19 @@ def _to_int(text: str | None, base: int) -> int | None:
 
 
 def _mmap_read(fd: int, offset: int, size: int) -> bytes | None:
-    """Read via a mapping of the page(s) holding [offset, offset+size); None if mmap fails."""
+    """Read via a mapping of the page(s) holding [offset, offset+size); None if mmap fails, b""
+    when the mapping is revoked under the read.
+
+    Why the bytes are copied by the kernel (written from the mapping into a pipe) and never
+    loaded by Python: a BAR mapping can be revoked between the mmap and the load (a driver
+    probing the device claims the BAR: IO_STRICT_DEVMEM zaps user mappings of it; the device
+    leaves: its resource file goes). A load from a revoked mapping is SIGBUS, which kills the
+    whole runtime (seen: hot-add self-checks racing the nvme driver's probe under load); the
+    kernel's copy reports it as EFAULT instead. The copy may use narrower accesses than
+    ``size``: a device register read this way is read byte by byte on some CPUs.
+    """
+    if not 0 < size <= _MMIO_MAX_READ:
+        raise ValueError(f"BAR reads are 1..{_MMIO_MAX_READ} bytes, not {size}")
     page = offset - offset % mmap.ALLOCATIONGRANULARITY
     try:
         mapped = mmap.mmap(fd, offset - page + size, mmap.MAP_SHARED, mmap.PROT_READ, offset=page)
@@ -306,13 +320,32 @@ def _mmap_read(fd: int, offset: int, size: int) -> bytes | None:
         return None
     try:
         view = memoryview(mapped)
-        start = offset - page
         try:
-            if size in (4, 8) and offset % size == 0:
-                word = view[start : start + size].cast("I" if size == 4 else "Q")[0]
-                return word.to_bytes(size, "little")
-            return bytes(view[start : start + size])
+            return _copied_by_kernel(view[offset - page : offset - page + size])
         finally:
             view.release()
     finally:
         mapped.close()
+
+
+_MMIO_MAX_READ = 4096  # within PIPE_BUF: one write into an empty pipe takes it whole
+
+
+def _copied_by_kernel(view: memoryview) -> bytes:
+    """``view``'s bytes as the kernel reads them (write into a pipe, read back); b"" on EFAULT."""
+    try:
+        rfd, wfd = os.pipe()
+    except OSError as exc:
+        inconclusive_from(exc, "a pipe for a BAR read")
+        raise
+    try:
+        try:
+            written = os.write(wfd, view)
+        except OSError as exc:
+            if exc.errno == errno.EFAULT:
+                return b""  # the mapping was revoked under the read
+            raise
+        return os.read(rfd, written)
+    finally:
+        os.close(rfd)
+        os.close(wfd)

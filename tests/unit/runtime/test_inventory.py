@@ -72,6 +72,25 @@ def test_sysfs_writes_and_errors_name_the_path(fake):
         s.slot_power("9", True)
 
 
+def test_a_bar_mapping_revoked_under_the_read_is_none_not_sigbus(fake, monkeypatch):
+    """A driver claiming the BAR (IO_STRICT_DEVMEM) or the device leaving revokes the mapping
+    between mmap and the read: a load would be SIGBUS and kill the runtime (seen in a guest:
+    hot-add self-checks racing the nvme probe). The file shrinking under the mapping stands in:
+    a load past its end is SIGBUS too."""
+    from hilconform.runtime import sysfs as sysfs_module
+
+    fake.set_mmio(NVME, 0, bytes(range(16)) * 512)
+    resource = Path(fake.sysfs.device_path(NVME, "resource0"))
+    real_copy = sysfs_module._copied_by_kernel
+
+    def revoked_first(view):
+        os.truncate(resource, 0)
+        return real_copy(view)
+
+    monkeypatch.setattr(sysfs_module, "_copied_by_kernel", revoked_first)
+    assert fake.sysfs.read_mmio(NVME, 0, offset=4096) is None
+
+
 def test_sysfs_mmio_inflight_and_aer(fake):
     s = fake.sysfs
     fake.set_mmio(NVME, 0, bytes(range(16)) + b"\xff" * 4080)
