@@ -1,4 +1,5 @@
-"""certificate.json: what a run found, per clause, with its figures, host, devices and versions.
+"""certificate.json: what a run found, per clause, with its figures, host, devices, versions and
+the device plugin it certified.
 
 Built only from the run folder's files; validated against
 `certificate.schema.json` (shipped beside this module, documented in
@@ -153,6 +154,28 @@ def _figures(measurements: list[dict]) -> dict[str, list[dict]]:
     return per_clause
 
 
+def _device_plugin(records: list[dict]) -> dict | None:
+    """The plugin the DP tests certified, from every worker's record (the same plugin: resources and
+    Register API versions joined); None when no DP test ran."""
+    if not records:
+        return None
+    served: dict[str, set[str]] = defaultdict(set)
+    api_versions: set[str] = set()
+    for record in records:
+        for resource in record.get("resources", []):
+            served[resource["name"]].update(resource.get("device_ids", []))
+        api_versions.update(record.get("api_versions", []))
+    first = records[0]
+    return {
+        "kind": first.get("kind"),
+        "command": first.get("command"),
+        "path": first.get("path"),
+        "sha256": first.get("sha256"),
+        "resources": [{"name": name, "device_ids": sorted(ids)} for name, ids in sorted(served.items())],
+        "api_versions": sorted(api_versions),
+    }
+
+
 def _every_test(run: RunFolder, scope: dict) -> list[dict]:
     """One record per test: what progress.jsonl says, and an `unfinished` one for every test of the
     run's scope (or started in it) that left no record, so a test that did not report can never leave
@@ -270,6 +293,7 @@ def build(run: RunFolder, sensitivity: dict | None = None) -> dict:
             "protocol": runtime.get("protocol"),
             "runtime_module": meta.get("runtime_module"),
         },
+        "device_plugin": _device_plugin(run.device_plugins()),
         "devices": _devices(hosts, _firmware_versions(events)),
         "clauses": clauses,
         "other_tests": [

@@ -1,8 +1,9 @@
 """report.html: one self-contained page (inline CSS, SVG and script; opens offline).
 
 Verdict banner and table per clause, each measured figure's distribution
-against its budget, the device inventory, and a per-device lifecycle timeline
-drawn from the runtime events the suites received.
+against its budget, the device inventory, a per-device lifecycle timeline
+drawn from the runtime events the suites received, and the device plugin the
+DP clauses certified.
 """
 
 from __future__ import annotations
@@ -165,6 +166,27 @@ def _devices(certificate: dict) -> str:
     return f"<table>{head}{''.join(rows)}</table>"
 
 
+def _device_plugin(certificate: dict) -> str:
+    """The plugin the DP clauses certified; nothing at all when no DP test ran."""
+    plugin = certificate.get("device_plugin")
+    if not plugin:
+        return ""
+    if plugin["kind"] == "command":
+        named = [("command", plugin["command"]), ("executable", plugin["path"]), ("sha256", plugin["sha256"])]
+        rows = [_row([name, f"<code>{escape(value)}</code>"]) for name, value in named]
+    else:
+        rows = [_row(["plugin", escape("the reference runtime's own device-plugin front end")])]
+    resources = "<br>".join(
+        f"{escape(r['name'])}: {escape(', '.join(r['device_ids']))}" for r in plugin["resources"]
+    )
+    versions = ", ".join(plugin["api_versions"]) or "not seen"
+    rows += [
+        _row(["resources", resources or '<span class="muted">none recorded</span>']),
+        _row(["Register API version", escape(versions)]),
+    ]
+    return f"<h2>Device plugin</h2><table id='device-plugin'>{''.join(rows)}</table>"
+
+
 def timeline_rows(events: dict[str, list[dict]]) -> tuple[list, float]:
     """Health-state segments and discovered/removed markers per (host instance, device).
 
@@ -262,6 +284,7 @@ def render(certificate: dict, run: RunFolder) -> str:
 {_timeline(run.runtime_events())}
 <h2>Devices</h2>
 {_devices(certificate)}
+{_device_plugin(certificate)}
 <h2>Versions</h2>
 <table>{version_rows}</table>
 {sensitivity_html}

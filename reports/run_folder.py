@@ -34,6 +34,17 @@ def _read_jsonl(path: Path) -> list[dict]:
     return records
 
 
+def _read_json_files(folder: Path) -> list[dict]:
+    """Every `*.json` in `folder`, by name; an unreadable one (cut short mid-write) is skipped."""
+    out = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            out.append(json.loads(path.read_text()))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
 @dataclass(frozen=True)
 class RunFolder:
     path: Path
@@ -102,6 +113,10 @@ class RunFolder:
         return self.path / "pytest.log"
 
     @property
+    def device_plugin_dir(self) -> Path:
+        return self.path / "device-plugin"
+
+    @property
     def sensitivity_dir(self) -> Path:
         return self.path / "sensitivity"
 
@@ -125,22 +140,14 @@ class RunFolder:
         return ends[-1] if ends else None
 
     def measurements(self) -> list[dict]:
-        out = []
-        for path in sorted(self.measurements_dir.glob("*.json")):
-            try:
-                out.append(json.loads(path.read_text()))
-            except json.JSONDecodeError:
-                continue
-        return out
+        return _read_json_files(self.measurements_dir)
 
     def hosts(self) -> list[dict]:
-        out = []
-        for path in sorted((self.path / "hosts").glob("*.json")):
-            try:
-                out.append(json.loads(path.read_text()))
-            except json.JSONDecodeError:
-                continue
-        return out
+        return _read_json_files(self.path / "hosts")
+
+    def device_plugins(self) -> list[dict]:
+        """The device plugin each worker's DP tests certified (none when no DP test ran)."""
+        return _read_json_files(self.device_plugin_dir)
 
     def runtime_events(self) -> dict[str, list[dict]]:
         """Runtime events per host instance, in receipt order."""

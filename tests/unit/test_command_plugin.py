@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import pytest
 
-from hilconform.fixtures.command_plugin import PluginCommandError, plugin_command, plugin_resources
+from hilconform.fixtures.command_plugin import (
+    CommandPlugin,
+    PluginCommandError,
+    plugin_command,
+    plugin_resources,
+)
+from hilconform.fixtures.errors import InfrastructureError
+
+SCRIPT = b"#!/bin/sh\nexit 0\n"
+SCRIPT_SHA256 = "306c6ca7407560340797866e077e053627ad409277d1b9da58106fce4cf717cb"  # sha256sum's
 
 
 def _file(tmp_path, name, content: bytes, mode=0o755):
@@ -30,6 +40,32 @@ def test_a_script_with_its_arguments_is_accepted(tmp_path):
     assert command.path == script.resolve()
     assert command.args == ("--resource", "example.com/gpu", "two words")
     assert len(command.sha256) == 64
+
+
+def test_the_command_keeps_its_text_as_given_and_the_sha256_of_the_file_it_names(tmp_path, monkeypatch):
+    _file(tmp_path, "plugin.sh", SCRIPT)
+    monkeypatch.chdir(tmp_path)
+    given = "./plugin.sh  --verbose"
+    command = plugin_command(given)
+    assert (command.given, command.sha256) == (given, SCRIPT_SHA256)
+    assert command.path == tmp_path.resolve() / "plugin.sh"
+
+
+def test_a_plugin_changed_since_its_check_is_not_started(tmp_path):
+    """The certificate names the SHA-256 taken when the option was checked: a different file must
+    not run under that name (the run breaks instead)."""
+    script = _file(tmp_path, "plugin.sh", SCRIPT)
+    command = plugin_command(str(script))
+    script.write_bytes(SCRIPT + b"# changed\n")
+    share = tmp_path / "share"
+    share.mkdir()
+
+    def shell(*_args, **_kwargs):
+        raise AssertionError("the changed plugin was started")
+
+    host = SimpleNamespace(vm=SimpleNamespace(layout=SimpleNamespace(guest_share=share)), shell=shell)
+    with pytest.raises(InfrastructureError, match=f"changed since the run started.*{SCRIPT_SHA256}"):
+        CommandPlugin(host, command, plugin_resources(["example.com/gpu=10de:20b0"])).start()
 
 
 def test_an_x86_64_elf_is_accepted(tmp_path):

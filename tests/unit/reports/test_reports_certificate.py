@@ -5,7 +5,17 @@ from __future__ import annotations
 import copy
 
 import pytest
-from recorded_runs import DISC01, DISC03, recorded_run, rewrite_progress, set_outcome, update_run
+from recorded_runs import (
+    COMMAND_PLUGIN,
+    DISC01,
+    DISC03,
+    PLUGIN_SHA256,
+    record_device_plugin,
+    recorded_run,
+    rewrite_progress,
+    set_outcome,
+    update_run,
+)
 
 from hilconform.reports import certificate
 from hilconform.reports.certificate import CertificateInvalid, build, validate
@@ -161,3 +171,66 @@ def test_a_crashed_test_and_a_test_with_no_record_never_leave_their_clause_passe
         }
     ]
     assert any(DISC01 in r and DISC03 in r for r in cert["reasons"]), cert["reasons"]
+
+
+def test_a_run_without_dp_tests_names_no_device_plugin(tmp_path):
+    assert build(recorded_run(tmp_path))["device_plugin"] is None
+
+
+def test_the_certificate_names_the_command_plugin_its_sha256_resources_and_register_version(tmp_path):
+    """Two workers ran DP tests: one plugin, the resources and Register versions each saw joined."""
+    run = recorded_run(tmp_path)
+    record_device_plugin(run, "gw0")
+    record_device_plugin(
+        run,
+        "gw1",
+        resources=[
+            {"name": "example.com/gpu", "device_ids": ["10de:20b2"]},
+            {"name": "example.com/fpga", "device_ids": ["1d0f:f010"]},
+        ],
+        api_versions=[],
+    )
+    plugin = build(run)["device_plugin"]  # build validates it against the schema
+    assert plugin == {
+        "kind": "command",
+        "command": COMMAND_PLUGIN["command"],
+        "path": "/home/lab/plugins/my-plugin",
+        "sha256": PLUGIN_SHA256,
+        "resources": [
+            {"name": "example.com/fpga", "device_ids": ["1d0f:f010"]},
+            {"name": "example.com/gpu", "device_ids": ["10de:20b0", "10de:20b2"]},
+        ],
+        "api_versions": ["v1beta1"],
+    }
+
+
+def test_the_certificate_says_the_reference_front_end_was_certified(tmp_path):
+    run = recorded_run(tmp_path)
+    resources = [{"name": "hilconform.io/nvidia-a100-sxm4-40gb", "device_ids": ["1b36:0010"]}]
+    record_device_plugin(
+        run, kind="reference-front-end", command=None, path=None, sha256=None, resources=resources
+    )
+    plugin = build(run)["device_plugin"]
+    assert (plugin["kind"], plugin["command"], plugin["sha256"]) == ("reference-front-end", None, None)
+    assert plugin["resources"] == resources
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"sha256": "not-a-digest"},
+        {"sha256": None},  # a command plugin always has its executable's digest
+        {"kind": "reference-front-end"},  # ... and the reference front end has none
+        {"kind": "operator"},
+        {"resources": [{"name": "example.com/gpu", "device_ids": ["10DE-20B0"]}]},
+        {"signed_by": "someone"},
+    ],
+)
+def test_the_schema_refuses_a_device_plugin_it_does_not_describe(tmp_path, edit):
+    run = recorded_run(tmp_path)
+    record_device_plugin(run)
+    good = build(run)
+    bad = copy.deepcopy(good)
+    bad["device_plugin"].update(edit)
+    with pytest.raises(CertificateInvalid, match="device_plugin"):
+        validate(bad)

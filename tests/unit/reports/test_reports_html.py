@@ -8,7 +8,14 @@ import shutil
 import subprocess
 
 import pytest
-from recorded_runs import DISC01, recorded_run, set_outcome
+from recorded_runs import (
+    COMMAND_PLUGIN,
+    DISC01,
+    PLUGIN_SHA256,
+    record_device_plugin,
+    recorded_run,
+    set_outcome,
+)
 
 from hilconform.reports import certify
 from hilconform.reports.html_report import timeline_rows
@@ -35,6 +42,28 @@ def test_page_is_self_contained_and_shows_verdict_figures_and_timeline(tmp_path)
     assert page.count('class="dist"') == 2  # one distribution per measured figure
     assert page.count('class="timeline"') == 1
     assert 'data-verdict="pass"' in page
+
+
+def test_page_names_the_device_plugin_certified_and_has_no_plugin_section_without_one(tmp_path):
+    without = recorded_run(tmp_path, "without")
+    certify.finish(without)
+    assert "Device plugin" not in without.html.read_text()
+    run = recorded_run(tmp_path)
+    record_device_plugin(run)
+    certify.finish(run)
+    section = re.search(r"<h2>Device plugin</h2>(.*?)</table>", run.html.read_text(), re.S).group(1)
+    for shown in (COMMAND_PLUGIN["command"], COMMAND_PLUGIN["path"], PLUGIN_SHA256):
+        assert f"<code>{shown}</code>" in section
+    assert "example.com/gpu: 10de:20b0" in section and "v1beta1" in section
+
+
+def test_page_says_when_the_reference_front_end_was_the_plugin_certified(tmp_path):
+    run = recorded_run(tmp_path)
+    record_device_plugin(run, kind="reference-front-end", command=None, path=None, sha256=None)
+    certify.finish(run)
+    section = re.search(r"<h2>Device plugin</h2>(.*?)</table>", run.html.read_text(), re.S).group(1)
+    assert "the reference runtime&#x27;s own device-plugin front end" in section
+    assert "sha256" not in section
 
 
 def test_timeline_has_one_row_per_device_with_health_segments(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -50,9 +51,10 @@ def test_fails_then_its_teardown_crashes(crashing_teardown):
 """
 
 
-def _progress_of(tmp_path, name: str, source: str, *pytest_args: str) -> list[dict]:
-    """Run `source` as test file `name` in a real pytest with --run-dir (exit status 1 expected:
-    each sample has a test that does not pass); the progress.jsonl lines it wrote."""
+def _progress_of(tmp_path, name: str, source: str, *pytest_args: str, exit_status: int = 1) -> list[dict]:
+    """Run `source` as test file `name` in a real pytest with --run-dir `tmp_path/run` (exit status 1
+    expected unless told: most samples have a test that does not pass); the progress.jsonl lines it
+    wrote."""
     (tmp_path / name).write_text(textwrap.dedent(source))
     run_dir = tmp_path / "run"
     argv = [
@@ -69,7 +71,7 @@ def _progress_of(tmp_path, name: str, source: str, *pytest_args: str) -> list[di
         str(tmp_path / name),
     ]
     done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1, done.stdout[-3000:]
+    assert done.returncode == exit_status, done.stdout[-3000:]
     return [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
 
 
@@ -90,6 +92,7 @@ def test_progress_lines_classify_each_outcome(tmp_path):
     assert tests["test_test_bed_too_slow"]["message"].endswith("Inconclusive: the floor was over its limit")
     assert sum(r["kind"] == "start" for r in lines) == 7
     assert lines[-1] == {**lines[-1], "kind": "session_finish", "exitstatus": 1}
+    assert not (tmp_path / "run" / "device-plugin").exists()  # no DP test: no plugin to name
 
 
 CRASHING_TESTS = """
@@ -117,3 +120,38 @@ def test_a_test_whose_xdist_worker_dies_gets_a_crashed_line_at_once(tmp_path):
     }
     assert "crashed" in tests["test_worker_dies_under_it"]["message"]
     assert lines[-1]["kind"] == "session_finish"
+
+
+DP_TEST = """
+import pytest
+
+@pytest.mark.clause("DP-02")
+def test_uses_the_plugin(device_plugin):
+    device_plugin.register_versions.add("v1beta1")  # what kubelet_with_plugin keeps of the stand-in's records
+"""
+
+
+def test_a_dp_test_records_the_plugin_it_certified(tmp_path):
+    script = tmp_path / "my-plugin"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    given = f"{script} --flag"
+    _progress_of(
+        tmp_path,
+        "test_dp.py",
+        DP_TEST,
+        "--device-plugin",
+        given,
+        "--device-plugin-resource",
+        "example.com/gpu=10de:20b0",
+        exit_status=0,
+    )
+    recorded = json.loads((tmp_path / "run" / "device-plugin" / "main.json").read_text())
+    assert recorded == {
+        "kind": "command",
+        "command": given,
+        "path": str(script.resolve()),
+        "sha256": hashlib.sha256(script.read_bytes()).hexdigest(),
+        "resources": [{"name": "example.com/gpu", "device_ids": ["10de:20b0"]}],
+        "api_versions": ["v1beta1"],
+    }

@@ -1,0 +1,108 @@
+"""What a run records of the device plugin the DP tests certified (fixtures/device_plugin.py,
+`PluginChoice.identity`), and the Register API versions the kubelet stand-in's records show."""
+
+from __future__ import annotations
+
+import json
+import os
+from types import SimpleNamespace
+
+from hilconform.emulators.profile import load_profile
+from hilconform.fixtures import device_plugin
+from hilconform.fixtures.command_plugin import plugin_command, plugin_resources
+from hilconform.fixtures.device_plugin import PluginChoice, kubelet_with_plugin
+from hilconform.fixtures.kubelet_node import NodeKubelet
+
+MIXED_RESOURCES = [
+    {"name": "hilconform.io/nvidia-tesla-t4", "device_ids": ["10de:1eb8"]},
+    {"name": "hilconform.io/xilinx-alveo-u250", "device_ids": ["10ee:5005"]},
+]
+
+
+def _script(tmp_path):
+    path = tmp_path / "my-plugin"
+    path.write_bytes(b"#!/bin/sh\nexit 0\n")
+    os.chmod(path, 0o755)
+    return path
+
+
+def test_a_command_plugin_is_named_by_its_command_sha256_and_the_resources_it_was_told(tmp_path):
+    script = _script(tmp_path)
+    command = plugin_command(f"{script} --verbose")
+    choice = PluginChoice(command, plugin_resources(["example.com/gpu=10de:20b2,10de:20b0"]))
+    assert choice.identity() == {
+        "kind": "command",
+        "command": f"{script} --verbose",
+        "path": str(script.resolve()),
+        "sha256": command.sha256,
+        "resources": [{"name": "example.com/gpu", "device_ids": ["10de:20b0", "10de:20b2"]}],
+        "api_versions": [],
+    }
+
+
+def test_the_reference_front_end_is_named_with_the_resources_of_the_hosts_it_served():
+    choice = PluginChoice()
+    assert choice.identity()["resources"] == []  # known once a DP test attaches it to a host
+    for _ in range(2):  # two DP tests, each on a fresh host of the profile
+        choice.attach(SimpleNamespace(profile=load_profile("mixed")))
+    identity = choice.identity()
+    assert (identity["kind"], identity["command"], identity["path"], identity["sha256"]) == (
+        "reference-front-end",
+        None,
+        None,
+        None,
+    )
+    assert identity["resources"] == MIXED_RESOURCES
+
+
+class _StandInShell:
+    """A node shell whose stand-in answers every `records` request with `records`, in one page."""
+
+    def __init__(self, records: list[dict]):
+        self.records = records
+
+    def shell(self, command: str, timeout_s: float = 60.0):
+        page = {"records": self.records, "more": False, "last_seq": len(self.records)}
+        return SimpleNamespace(exit_code=0, stdout=json.dumps({"result": page}), stderr="")
+
+
+def _register_request(seq: int, version: str) -> dict:
+    message = {"version": version, "endpoint": "gpu.sock", "resource_name": "example.com/gpu"}
+    return {
+        "seq": seq,
+        "ts_ns": seq,
+        "kind": "register_request",
+        "resource": "example.com/gpu",
+        "message": message,
+    }
+
+
+def test_the_register_api_versions_are_those_of_the_records_the_tests_read():
+    other = {"seq": 2, "ts_ns": 2, "kind": "options", "resource": "example.com/gpu", "message": {}}
+    node = _StandInShell([_register_request(1, "v1beta1"), other, _register_request(3, "v1alpha")])
+    kubelet = NodeKubelet(node)
+    assert kubelet.register_versions == set()
+    kubelet.records(0)
+    assert kubelet.register_versions == {"v1beta1", "v1alpha"}
+
+
+def test_the_plugin_choice_keeps_the_versions_its_kubelet_saw(monkeypatch):
+    class SeenStandIn:
+        def __init__(self, host):
+            self.register_versions = {"v1beta1"}
+
+        def start(self):
+            pass
+
+        def stop(self):
+            pass
+
+    monkeypatch.setattr(device_plugin, "NodeKubelet", SeenStandIn)
+    host = SimpleNamespace(profile=load_profile("a100-stock"), runtime=SimpleNamespace(hello={}))
+    choice = PluginChoice()
+    with kubelet_with_plugin(host, choice, booted=True):
+        pass
+    assert choice.identity()["api_versions"] == ["v1beta1"]
+    assert choice.identity()["resources"] == [
+        {"name": "hilconform.io/nvidia-a100-sxm4-40gb", "device_ids": ["1b36:0010"]}
+    ]
