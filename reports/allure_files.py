@@ -32,7 +32,7 @@ def write_categories(results: Path) -> None:
 
 
 def write_environment(results: Path, certificate: dict) -> None:
-    """Allure's Environment widget: host, profile, versions, run id, verdict."""
+    """Allure's Environment widget: host, profile, versions, run id, verdict, the device plugin."""
     values = {
         "run": certificate["run"]["id"],
         "host": certificate["host"]["spec"],
@@ -41,6 +41,10 @@ def write_environment(results: Path, certificate: dict) -> None:
         "verdict": certificate["verdict"],
     }
     values.update({f"version.{k}": v for k, v in certificate["versions"].items()})
+    plugin = certificate.get("device_plugin")
+    if plugin:
+        values["device_plugin"] = plugin["command"] or plugin["kind"]
+        values["device_plugin.sha256"] = plugin["sha256"]
     lines = [f"{key}={_escape(str(value))}" for key, value in values.items() if value is not None]
     results.mkdir(parents=True, exist_ok=True)
     (results / "environment.properties").write_text("\n".join(lines) + "\n")

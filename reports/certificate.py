@@ -308,7 +308,7 @@ def build(run: RunFolder, sensitivity: dict | None = None) -> dict:
 
 
 def _clause_order(clause_id: str) -> tuple:
-    areas = ["DISC", "LIFE", "HP", "AER", "RST", "REAL"]
+    areas = ["DISC", "LIFE", "HP", "AER", "RST", "DP", "REAL"]  # docs/spec.md order
     area, _, number = clause_id.partition("-")
     return (areas.index(area) if area in areas else len(areas), area, number)
 
