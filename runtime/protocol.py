@@ -9,6 +9,7 @@ docs/protocol.md is the human description of the same rules.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,19 +176,27 @@ def _type_ok(value: Any, types: tuple[type, ...]) -> bool:
 
 
 def _load_object(line: bytes | str) -> dict:
+    return load_json_object(line, ProtocolError)
+
+
+def load_json_object(line: bytes | str, error: Callable[[str, str], Exception],
+                     max_line_bytes: int = MAX_LINE_BYTES) -> dict:
+    """One JSON-lines message as a dict, read strictly (UTF-8, no NaN/Infinity, an object);
+    `error(code, message)` makes what is raised (code PARSE_ERROR or LINE_TOO_LONG). Shared by
+    every JSON-lines channel of the project (the kubelet stand-in's control too)."""
     if isinstance(line, (bytes, bytearray)):
-        if len(line) > MAX_LINE_BYTES:
-            raise ProtocolError(LINE_TOO_LONG, f"line longer than {MAX_LINE_BYTES} bytes")
+        if len(line) > max_line_bytes:
+            raise error(LINE_TOO_LONG, f"line longer than {max_line_bytes} bytes")
         try:
             line = bytes(line).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ProtocolError(PARSE_ERROR, f"not UTF-8: {exc.reason}") from None
+            raise error(PARSE_ERROR, f"not UTF-8: {exc.reason}") from None
     try:
         obj = json.loads(line, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
-        raise ProtocolError(PARSE_ERROR, f"not JSON: {str(exc)[:120]}") from None
+        raise error(PARSE_ERROR, f"not JSON: {str(exc)[:120]}") from None
     if not isinstance(obj, dict):
-        raise ProtocolError(PARSE_ERROR, "a message is a JSON object")
+        raise error(PARSE_ERROR, "a message is a JSON object")
     return obj
 
 

@@ -18,6 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hilconform.runtime.protocol import (  # noqa: F401 - its codes are the control channel's too
+    LINE_TOO_LONG,
+    PARSE_ERROR,
+    load_json_object,
+)
+
 CONTROL_VERSION = 1
 MAX_LINE_BYTES = 64 * 1024
 DEFAULT_RECORDS_PER_REPLY = 500
@@ -31,8 +37,7 @@ MAX_SEQ = 2**63 - 1
 MAX_INT32 = 2**31 - 1
 
 # Error codes (error.code): stable strings, clients match on them.
-PARSE_ERROR = "PARSE_ERROR"  # not UTF-8, not JSON, not an object
-LINE_TOO_LONG = "LINE_TOO_LONG"
+# PARSE_ERROR (not UTF-8, not JSON, not an object) and LINE_TOO_LONG: as the runtime's protocol
 INVALID_REQUEST = "INVALID_REQUEST"  # id, v or method missing or ill-typed, unknown keys
 UNKNOWN_METHOD = "UNKNOWN_METHOD"
 INVALID_PARAMS = "INVALID_PARAMS"
@@ -219,24 +224,7 @@ def event(name: str, data: dict) -> dict:
 
 
 def _load_object(line: bytes | str) -> dict:
-    if isinstance(line, (bytes, bytearray)):
-        if len(line) > MAX_LINE_BYTES:
-            raise ControlError(LINE_TOO_LONG, f"line longer than {MAX_LINE_BYTES} bytes")
-        try:
-            line = bytes(line).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ControlError(PARSE_ERROR, f"not UTF-8: {exc.reason}") from None
-    try:
-        obj = json.loads(line, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as exc:
-        raise ControlError(PARSE_ERROR, f"malformed JSON: {str(exc)[:120]}") from None
-    if not isinstance(obj, dict):
-        raise ControlError(PARSE_ERROR, "a message is a JSON object")
-    return obj
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not JSON")
+    return load_json_object(line, ControlError, MAX_LINE_BYTES)
 
 
 def request_id(line: bytes | str) -> Any:

@@ -31,7 +31,7 @@ def test_a_valid_request_is_decoded():
 @pytest.mark.parametrize(
     ("raw", "code", "says"),
     [
-        (b"{nope", control.PARSE_ERROR, "malformed JSON"),
+        (b"{nope", control.PARSE_ERROR, "not JSON"),
         (b"\xff", control.PARSE_ERROR, "not UTF-8"),
         (b"[1]", control.PARSE_ERROR, "a JSON object"),
         (b'{"id": NaN, "method": "state"}', control.PARSE_ERROR, "NaN is not JSON"),

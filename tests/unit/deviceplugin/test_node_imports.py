@@ -2,7 +2,8 @@
 
 runtime/deviceplugin/ and emulators/kubelet_stand_in/ run inside the Debian 12 guest
 (python3-grpcio 1.51, no protobuf runtime, no qemu.qmp, no pytest); the stand-in may use
-the device-plugin API package and nothing else of the project.
+the device-plugin API package and the runtime's protocol module (its JSON-lines reader; standard
+library only), nothing else of the project.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ NODE_PACKAGES = {
     "runtime/deviceplugin": ("hilconform.runtime.deviceplugin",),
     "emulators/kubelet_stand_in": (
         "hilconform.runtime.deviceplugin",
+        "hilconform.runtime.protocol",
         "hilconform.emulators.kubelet_stand_in",
     ),
 }
