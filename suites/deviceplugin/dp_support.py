@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from hilconform.fixtures.device_plugin import kubelet_with_plugin  # noqa: F401 (the DP tests import it)
 from hilconform.fixtures.host_protocol import budget  # noqa: F401 (the DP tests import it from here)
+from hilconform.fixtures.node_clock import node_monotonic_ns_now
 from hilconform.fixtures.uevent_witness import GuestUeventWitness
 
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
@@ -103,16 +104,33 @@ def remove_and_await_loss(host, kubelet, plugin, target: str, capability: str, t
     Healthy) and the node's-clock ms of the kernel's `remove` uevent. `wait_departure`: also until
     the node no longer has the device, before the witness stops."""
     bdf = host.target_bdf(target)
-    resource = resource_of(plugin, host, bdf).name
-    before = advertised(latest_list(kubelet, resource))
-    mark = kubelet.last_seq()
     witness = GuestUeventWitness(host)
     try:
-        host.get(capability).remove(target)
-        lost = wait_list(kubelet, resource, mark, one_lost(before), timeout_s,
-                         f"the device at {bdf} gone or Unhealthy and the others Healthy")
+        remove = host.get(capability).remove
+        resource, lost = _fault_and_await_loss(host, kubelet, plugin, bdf, lambda: remove(target), timeout_s)
         if wait_departure:
             wait_gone(host, bdf)
     finally:
         seen = witness.stop()
     return resource, lost, kernel_event_ms(seen, "remove", bdf)
+
+
+def fault_and_await_loss(host, kubelet, plugin, target: str, inject,
+                         timeout_s: float) -> tuple[str, dict, float]:
+    """`inject()` a fault that leaves `target`'s device on the bus (lost configuration, fallen off
+    the bus): its resource, the ListAndWatch record of the loss and the node's-clock ms read just
+    before the fault (no uevent marks such a fault)."""
+    bdf = host.target_bdf(target)
+    started_ms = node_monotonic_ns_now(host) / 1e6
+    resource, lost = _fault_and_await_loss(host, kubelet, plugin, bdf, inject, timeout_s)
+    return resource, lost, started_ms
+
+
+def _fault_and_await_loss(host, kubelet, plugin, bdf: str, inject, timeout_s: float) -> tuple[str, dict]:
+    resource = resource_of(plugin, host, bdf).name
+    before = advertised(latest_list(kubelet, resource))
+    mark = kubelet.last_seq()
+    inject()
+    lost = wait_list(kubelet, resource, mark, one_lost(before), timeout_s,
+                     f"the device at {bdf} gone or Unhealthy and the others Healthy")
+    return resource, lost

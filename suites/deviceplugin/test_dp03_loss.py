@@ -1,10 +1,13 @@
-"""DP-03 loss: a device removed without warning is reported Unhealthy or dropped within
-`dp_loss_ms`; the other devices stay listed and Healthy; the plugin keeps serving (Allocate of a
-remaining Healthy device still answers).
+"""DP-03 loss: a device removed without warning, fallen off the bus (all-ones reads) or FAULTED
+(its configuration lost) is reported Unhealthy or dropped within `dp_loss_ms`; the other devices
+stay listed and Healthy; the plugin keeps serving (Allocate of a remaining Healthy device still
+answers).
 
-Measured on the node's clock: the kernel's `remove` uevent (an independent `udevadm monitor`
-on the node) to the stand-in's record of the ListAndWatch message without the device Healthy.
-Up to LOSSES devices, one after the other, on a host that boots with the plugin.
+Measured on the node's clock, to the stand-in's record of the ListAndWatch message without the
+device Healthy: from the kernel's `remove` uevent (an independent `udevadm monitor` on the node)
+for a removal; from the node's clock read just before the fault for a device that stays on the
+bus (no uevent marks those). Removals: up to LOSSES devices, one after the other; each other
+fault on one device of a fresh host that boots with the plugin.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dp_support import (
     HEALTHY,
     advertised,
     budget,
+    fault_and_await_loss,
     fresh_host,
     kubelet_with_plugin,
     listed_healthy,
@@ -37,10 +41,46 @@ def test_a_device_removed_without_warning_is_dropped_or_unhealthy(host_factory, 
             resource, lost, removed_ms = remove_and_await_loss(
                 host, kubelet, plugin, target, "surprise-removal", limit / 1000 + 30)
             figures.append(ms_after(lost, int(removed_ms * 1e6)))
-            remaining = [i for i, health in advertised(lost).items() if health == HEALTHY]
-            if remaining:
-                answer = kubelet.ask("allocate", {"resource": resource, "containers": [remaining[:1]]})
-                assert len(answer["response"]["container_responses"]) == 1
+            _still_serving(kubelet, resource, lost)
     summary = measurements.record("DP-03", "loss_surprise_removal", figures, "ms", budget=limit,
                                   budget_stat="max")
     assert summary.within_budget, summary.text()
+
+
+# A device that stays on the bus but is no use: how each capability takes it out of service.
+IN_PLACE_LOSSES = {
+    "config-loss": lambda host, target: host.get("config-loss").lose_config(target),
+    "fell-off-bus": lambda host, target: host.get("fell-off-bus").fall_off_bus(target),
+}
+
+
+@pytest.mark.parametrize("capability", [
+    pytest.param("config-loss", marks=pytest.mark.needs("config-loss")),
+    pytest.param("fell-off-bus", marks=pytest.mark.needs("fell-off-bus")),
+])
+def test_a_device_still_on_the_bus_but_lost_is_unhealthy_or_dropped(host_factory, measurements, device_plugin,
+                                                                     capability):
+    """config-loss: the configuration lost behind the driver (BARs cleared: a runtime FAULTs it);
+    fell-off-bus: every read all ones. The device stays in the kernel's tree: no uevent tells a
+    plugin, only a health check of its own (or its runtime's) can."""
+    host = fresh_host(host_factory, device_plugin, None)
+    limit = budget(host, "dp_loss_ms")
+    target = host.targets(capability)[0]
+    with kubelet_with_plugin(host, device_plugin, booted=True) as (kubelet, plugin):
+        listed_healthy(kubelet, plugin)
+        inject = IN_PLACE_LOSSES[capability]
+        resource, lost, started_ms = fault_and_await_loss(
+            host, kubelet, plugin, target, lambda: inject(host, target), limit / 1000 + 30)
+        _still_serving(kubelet, resource, lost)
+    figure = ms_after(lost, int(started_ms * 1e6))
+    summary = measurements.record("DP-03", f"loss_{capability.replace('-', '_')}", [figure], "ms",
+                                  budget=limit, budget_stat="max")
+    assert summary.within_budget, summary.text()
+
+
+def _still_serving(kubelet, resource: str, lost: dict) -> None:
+    """Allocate of a device the loss left Healthy still answers (the plugin keeps serving)."""
+    remaining = [i for i, health in advertised(lost).items() if health == HEALTHY]
+    if remaining:
+        answer = kubelet.ask("allocate", {"resource": resource, "containers": [remaining[:1]]})
+        assert len(answer["response"]["container_responses"]) == 1
