@@ -7,6 +7,8 @@ knows how a plugin names its devices: the suite judges only what reached the kub
 
 from __future__ import annotations
 
+import time
+
 from hilconform.fixtures.device_plugin import kubelet_with_plugin  # noqa: F401 (the DP tests import it)
 from hilconform.fixtures.host_protocol import budget  # noqa: F401 (the DP tests import it from here)
 from hilconform.fixtures.node_clock import node_monotonic_ns_now
@@ -107,7 +109,8 @@ def remove_and_await_loss(host, kubelet, plugin, target: str, capability: str, t
     witness = GuestUeventWitness(host)
     try:
         remove = host.get(capability).remove
-        resource, lost = _fault_and_await_loss(host, kubelet, plugin, bdf, lambda: remove(target), timeout_s)
+        resource, lost, _record = _fault_and_await_loss(host, kubelet, plugin, bdf, lambda: remove(target),
+                                                        timeout_s)
         if wait_departure:
             wait_gone(host, bdf)
     finally:
@@ -118,19 +121,24 @@ def remove_and_await_loss(host, kubelet, plugin, target: str, capability: str, t
 def fault_and_await_loss(host, kubelet, plugin, target: str, inject,
                          timeout_s: float) -> tuple[str, dict, float]:
     """`inject()` a fault that leaves `target`'s device on the bus (lost configuration, fallen off
-    the bus): its resource, the ListAndWatch record of the loss and the node's-clock ms read just
-    before the fault (no uevent marks such a fault)."""
+    the bus) and returns its record: the resource, the ListAndWatch record of the loss and when the
+    fault was requested on the node's clock in ms (no uevent marks such a fault). The controller's
+    clock is mapped onto the node's by one read of it just before; the mapping errs early (the
+    figure is never less than the truth), so the fault's own checks before and after the change
+    do not count."""
     bdf = host.target_bdf(target)
-    started_ms = node_monotonic_ns_now(host) / 1e6
-    resource, lost = _fault_and_await_loss(host, kubelet, plugin, bdf, inject, timeout_s)
-    return resource, lost, started_ms
+    node_ns = node_monotonic_ns_now(host)
+    node_offset_ns = node_ns - time.monotonic_ns()  # read at or before now: an early start
+    resource, lost, record = _fault_and_await_loss(host, kubelet, plugin, bdf, inject, timeout_s)
+    return resource, lost, (record.requested_ns + node_offset_ns) / 1e6
 
 
-def _fault_and_await_loss(host, kubelet, plugin, bdf: str, inject, timeout_s: float) -> tuple[str, dict]:
+def _fault_and_await_loss(host, kubelet, plugin, bdf: str, inject,
+                          timeout_s: float) -> tuple[str, dict, object]:
     resource = resource_of(plugin, host, bdf).name
     before = advertised(latest_list(kubelet, resource))
     mark = kubelet.last_seq()
-    inject()
+    record = inject()
     lost = wait_list(kubelet, resource, mark, one_lost(before), timeout_s,
                      f"the device at {bdf} gone or Unhealthy and the others Healthy")
-    return resource, lost
+    return resource, lost, record

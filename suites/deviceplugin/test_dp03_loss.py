@@ -5,9 +5,9 @@ answers).
 
 Measured on the node's clock, to the stand-in's record of the ListAndWatch message without the
 device Healthy: from the kernel's `remove` uevent (an independent `udevadm monitor` on the node)
-for a removal; from the node's clock read just before the fault for a device that stays on the
-bus (no uevent marks those). Removals: up to LOSSES devices, one after the other; each other
-fault on one device of a fresh host that boots with the plugin.
+for a removal; from the fault's request, mapped onto the node's clock (erring early), for a
+device that stays on the bus (no uevent marks those). Removals: up to LOSSES devices, one after
+the other; each other fault on one device of a fresh host that boots with the plugin.
 """
 
 from __future__ import annotations
