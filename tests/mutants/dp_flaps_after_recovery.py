@@ -1,34 +1,42 @@
-"""Mutant dp_flaps_after_recovery, breaks DP-06: a device that comes back Healthy flickers
-Unhealthy once more before it settles.
+"""Mutant dp_flaps_after_recovery, breaks DP-06: every error or reset event the plugin hears about
+a device flips it Unhealthy and back.
 
-Plausible bug: after a device recovers, the plugin's own health probe re-checks it and reports
-it Unhealthy while the probe runs, then Healthy again: every recovered error or completed reset
-is two round trips for the kubelet (pods evicted and rescheduled twice).
+Plausible bug: an event-driven health check that marks a device Unhealthy for each AER or reset
+event it sees and Healthy again at its next probe: a reset that completes, or a non-fatal error
+that the kernel recovers, becomes several round trips for the kubelet (pods evicted and
+rescheduled each time), where the clause allows one.
 """
 
 from __future__ import annotations
 
+from hilconform.runtime import service
 from hilconform.runtime.deviceplugin import front_end
 from hilconform.runtime.deviceplugin.messages import Device
 
 from .launch import launch
 
+FLAPPING_EVENTS = ("aer", "reset", "procedure")
+
 
 def apply() -> None:
-    original = front_end.Endpoint.publish
+    original_emit = service.Service.emit
 
-    def publish_with_a_probe_flicker(self, devices):
-        before = {d.ID: d.health for d in self.devices}
-        back = {d.ID for d in devices
-                if d.health == front_end.HEALTHY and before.get(d.ID) == front_end.UNHEALTHY}
-        original(self, devices)
-        if back:
-            probing = tuple(Device(ID=d.ID, health=front_end.UNHEALTHY if d.ID in back else d.health,
-                                   topology=d.topology) for d in devices)
-            original(self, probing)
-            original(self, devices)
+    def emit_and_flap(self, name, data, ts_ns=None):
+        message = original_emit(self, name, data, ts_ns)
+        plugin = getattr(self, "front_end", None)
+        dev = self.devices.get(data.get("device")) if isinstance(data, dict) else None
+        if plugin is not None and dev is not None and name in FLAPPING_EVENTS:
+            flipped = dev.info.fingerprint
+            for endpoint in plugin.endpoints:
+                current = endpoint.devices
+                if any(d.ID == flipped for d in current):
+                    endpoint.publish(tuple(
+                        Device(ID=d.ID, health=front_end.UNHEALTHY if d.ID == flipped else d.health,
+                               topology=d.topology) for d in current))
+                    endpoint.publish(current)
+        return message
 
-    front_end.Endpoint.publish = publish_with_a_probe_flicker
+    service.Service.emit = emit_and_flap
 
 
 if __name__ == "__main__":
