@@ -121,17 +121,18 @@ def fault_figures(profile_name: str, cycles: int) -> tuple[list[float], list[flo
 
         first = wait("all listed", lambda d: len(d) == len(plugin.managed(plugin.resources[0])), 0)
         ids = set(d["ID"] for d in first["message"]["devices"])
+        device_id = target  # QEMU's id of the unit in the slot: the slot's name at boot, then each re-add's
         for _ in range(cycles):
             for action, figures in (("remove", losses), ("add", returns)):
                 mark = kubelet.last_seq()
                 witness = GuestUeventWitness(host)
                 try:
                     if action == "remove":
-                        host.get("surprise-removal").remove(target)
+                        host.get("surprise-removal").remove(device_id)
                         got = wait("the loss",
                                    lambda d: sum(d.get(i) == HEALTHY for i in ids) == len(ids) - 1, mark)
                     else:
-                        host.get("hot-add").hot_add(target)
+                        device_id = host.get("hot-add").hot_add(target).device_id
                         got = wait("the return", lambda d: all(d.get(i) == HEALTHY for i in ids), mark)
                 finally:
                     seen = witness.stop()
