@@ -318,12 +318,9 @@ def _mmap_read(fd: int, offset: int, size: int) -> bytes | None:
     except (OSError, ValueError) as exc:
         inconclusive_from(exc, "mapping a BAR")
         return None
-    try:
-        view = memoryview(mapped)
-        try:
-            return _copied_by_kernel(view[offset - page : offset - page + size])
-        finally:
-            view.release()
+    try:  # both views released before the mapping closes, whatever the copy raised
+        with memoryview(mapped) as view, view[offset - page : offset - page + size] as wanted:
+            return _copied_by_kernel(wanted)
     finally:
         mapped.close()
 
