@@ -13,14 +13,14 @@ not hold up ``records``). The stand-in writes one unsolicited line when it is re
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hilconform.runtime.protocol import (  # noqa: F401 - its codes are the control channel's too
+from hilconform.runtime.protocol import (  # noqa: F401 - its codes and line encoding are the control channel's too
     LINE_TOO_LONG,
     PARSE_ERROR,
+    encode,
     load_json_object,
 )
 
@@ -197,11 +197,6 @@ METHODS: dict[str, dict[str, tuple[Check, bool]]] = {
 
 
 # -- lines ------------------------------------------------------------------------------------------
-
-
-def encode(message: dict) -> bytes:
-    """One JSON line, ASCII only (any stream carries it)."""
-    return (json.dumps(message, separators=(",", ":"), ensure_ascii=True, allow_nan=False) + "\n").encode()
 
 
 def request(req_id: int | str, method: str, params: dict | None = None) -> dict:
