@@ -253,11 +253,26 @@ _LINK_KEYS = {"speed", "width"}
 _STANDS_IN_FOR_KEYS = {"vendor", "device", "model"}
 
 
+_BUDGET_ENTRY_KEYS = {"unit", "meaning", "real_default"}
+
+
 @cache
 def known_budgets() -> dict[str, dict]:
     """Budget name → {unit, meaning}: every budget a host profile may set (emulators/budgets.toml)."""
-    table = read_toml(Path(__file__).with_name("budgets.toml"), ProfileError, "budget list")
+    path = Path(__file__).with_name("budgets.toml")
+    table = read_toml(path, ProfileError, "budget list")
+    for name, entry in table["budgets"].items():
+        unknown = set(entry) - _BUDGET_ENTRY_KEYS
+        if unknown or not {"unit", "meaning"} <= set(entry):
+            raise ProfileError(f"{path}: budgets.{name} must have unit and meaning (and may have "
+                               f"real_default); unknown: {', '.join(sorted(unknown)) or 'none'}")
     return table["budgets"]
+
+
+def real_host_budget_defaults() -> dict[str, float]:
+    """The budgets a real-host profile gets unless it sets them (budgets.toml's real_default)."""
+    return {name: float(entry["real_default"]) for name, entry in known_budgets().items()
+            if "real_default" in entry}
 
 
 def unknown_budget(names) -> tuple[str, str] | None:

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from hilconform.fixtures.config_evidence import config_lost  # noqa: F401 (for the tests)
 from hilconform.fixtures.runtime_waits import (
     device_when_idle,
     healthy_targets,  # noqa: F401 (for the tests)
@@ -135,27 +136,3 @@ def require_kernel_recovery(record: dict) -> None:
                     "non-fatal AER error, so recovered-error policies do not apply")
 
 
-IORESOURCE_MEM = 0x200
-PCI_COMMAND_MEMORY = 0x2
-
-
-def config_lost(host, bdf: str) -> list[str]:
-    """What the device's config space lost, read in the guest independently of the runtime: memory
-    BARs that no longer hold the address the kernel assigned (sysfs `resource`), or memory decoding
-    off. Empty when intact. (A link reset wipes the config; a driver's slot_reset restores it.)"""
-    resources = host.run(["cat", f"/sys/bus/pci/devices/{bdf}/resource"], timeout_s=20).check().stdout
-    names = ["COMMAND", *(f"BASE_ADDRESS_{i}" for i in range(6))]
-    read = host.run(["setpci", "-s", bdf, *names], timeout_s=20).check().stdout
-    values = [int(v, 16) for v in read.split()]
-    problems = []
-    memory = False
-    for index, line in enumerate(resources.splitlines()[:6]):
-        start, _end, flags = (int(v, 16) for v in line.split())
-        if not start or not flags & IORESOURCE_MEM:
-            continue
-        memory = True
-        if values[1 + index] & 0xFFFFFFF0 != start & 0xFFFFFFF0:
-            problems.append(f"BAR{index} reads {values[1 + index]:#010x}, kernel assigned {start:#x}")
-    if memory and not values[0] & PCI_COMMAND_MEMORY:
-        problems.append(f"memory decoding off (COMMAND {values[0]:#06x})")
-    return problems

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from hilconform.fixtures.config_evidence import config_lost  # noqa: F401 (the DP tests import it)
 from hilconform.fixtures.device_plugin import kubelet_with_plugin  # noqa: F401 (the DP tests import it)
 from hilconform.fixtures.host_protocol import budget  # noqa: F401 (the DP tests import it from here)
 from hilconform.fixtures.node_clock import node_monotonic_ns_now
@@ -93,10 +94,11 @@ def wait_gone(host, bdf: str, timeout_s: float = 30.0) -> None:
 
 
 def fresh_host(host_factory, device_plugin, hotplug_mode: str | None):
-    """A fresh emulated host booted for the plugin under test (the reference front end on from the
-    start; nothing for a command plugin). On a real host `host_factory` skips first."""
+    """A host in its starting state for the plugin under test: an emulated one booted with the
+    reference front end on from the start (nothing for a command plugin); a real host put back
+    after the test (HostFactory.fresh)."""
     overrides = device_plugin.boot_overrides if device_plugin is not None else None
-    return host_factory.start(hotplug_mode=hotplug_mode, runtime_overrides=overrides)
+    return host_factory.fresh(hotplug_mode=hotplug_mode, runtime_overrides=overrides)
 
 
 def remove_and_await_loss(host, kubelet, plugin, target: str, capability: str, timeout_s: float,
@@ -118,27 +120,40 @@ def remove_and_await_loss(host, kubelet, plugin, target: str, capability: str, t
     return resource, lost, kernel_event_ms(seen, "remove", bdf)
 
 
-def fault_and_await_loss(host, kubelet, plugin, target: str, inject,
-                         timeout_s: float) -> tuple[str, dict, float]:
+def fault_and_await_loss(host, kubelet, plugin, target: str, inject, timeout_s: float,
+                         out_of_service=None) -> tuple[str, dict, float] | None:
     """`inject()` a fault that leaves `target`'s device on the bus (lost configuration, fallen off
-    the bus) and returns its record: the resource, the ListAndWatch record of the loss and when the
-    fault was requested on the node's clock in ms (no uevent marks such a fault). The controller's
-    clock is mapped onto the node's by one read of it just before; the mapping errs early (the
-    figure is never less than the truth), so the fault's own checks before and after the change
-    do not count."""
+    the bus, a fatal error) and returns its record: the resource, the ListAndWatch record of the
+    loss and when the fault was requested on the node's clock in ms (no uevent marks such a fault).
+    The controller's clock is mapped onto the node's by one read of it just before; the mapping
+    errs early (the figure is never less than the truth), so the fault's own checks before and
+    after the change do not count.
+
+    `out_of_service(record)`: for a fault whose outcome the node decides (the kernel may recover a
+    device from a fatal error), the node's evidence that the device is out of service ("" when it
+    came back intact: None is returned, there is no loss to judge)."""
     bdf = host.target_bdf(target)
     node_ns = node_monotonic_ns_now(host)
     node_offset_ns = node_ns - time.monotonic_ns()  # read at or before now: an early start
-    resource, lost, record = _fault_and_await_loss(host, kubelet, plugin, bdf, inject, timeout_s)
+    found = _fault_and_await_loss(host, kubelet, plugin, bdf, inject, timeout_s, out_of_service)
+    if found is None:
+        return None
+    resource, lost, record = found
     return resource, lost, (record.requested_ns + node_offset_ns) / 1e6
 
 
-def _fault_and_await_loss(host, kubelet, plugin, bdf: str, inject,
-                          timeout_s: float) -> tuple[str, dict, object]:
+def _fault_and_await_loss(host, kubelet, plugin, bdf: str, inject, timeout_s: float,
+                          out_of_service=None) -> tuple[str, dict, object] | None:
     resource = resource_of(plugin, host, bdf).name
     before = advertised(latest_list(kubelet, resource))
     mark = kubelet.last_seq()
     record = inject()
-    lost = wait_list(kubelet, resource, mark, one_lost(before), timeout_s,
-                     f"the device at {bdf} gone or Unhealthy and the others Healthy")
+    if out_of_service is not None:
+        why = out_of_service(record)
+        if not why:
+            return None
+        what = f"the device at {bdf} gone or Unhealthy ({why}) and the others Healthy"
+    else:
+        what = f"the device at {bdf} gone or Unhealthy and the others Healthy"
+    lost = wait_list(kubelet, resource, mark, one_lost(before), timeout_s, what)
     return resource, lost, record

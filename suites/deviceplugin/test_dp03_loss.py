@@ -1,7 +1,7 @@
 """DP-03 loss: a device removed without warning, fallen off the bus (all-ones reads) or FAULTED
-(its configuration lost) is reported Unhealthy or dropped within `dp_loss_ms`; the other devices
-stay listed and Healthy; the plugin keeps serving (Allocate of a remaining Healthy device still
-answers).
+(its configuration lost, a fatal error not recovered) is reported Unhealthy or dropped within
+`dp_loss_ms`; the other devices stay listed and Healthy; the plugin keeps serving (Allocate of a
+remaining Healthy device still answers).
 
 Measured on the node's clock, to the stand-in's record of the ListAndWatch message without the
 device Healthy: from the kernel's `remove` uevent (an independent `udevadm monitor` on the node)
@@ -17,6 +17,7 @@ from dp_support import (
     HEALTHY,
     advertised,
     budget,
+    config_lost,
     fault_and_await_loss,
     fresh_host,
     kubelet_with_plugin,
@@ -75,6 +76,48 @@ def test_a_device_still_on_the_bus_but_lost_is_unhealthy_or_dropped(host_factory
     figure = ms_after(lost, int(started_ms * 1e6))
     summary = measurements.record("DP-03", f"loss_{capability.replace('-', '_')}", [figure], "ms",
                                   budget=limit, budget_stat="max")
+    assert summary.within_budget, summary.text()
+
+
+@pytest.mark.needs("aer-fatal")
+def test_a_fatal_error_not_recovered_is_unhealthy_or_dropped(host_factory, measurements, device_plugin):
+    """A fatal error resets the link. Where the kernel's recovery fails, or the link comes back
+    with the device's configuration lost (no driver restored it: vfio-pci with no user), the device
+    is out of service (a runtime FAULTs it) while it stays on the bus. Judged on the node's own
+    evidence (the kernel's recovery line, the configuration read back), never on what the plugin
+    or its runtime says: a device the kernel recovered intact is not this case, and the next target
+    is tried; the test skips, saying so, when the kernel recovered every one."""
+    host = fresh_host(host_factory, device_plugin, None)
+    limit = budget(host, "dp_loss_ms")
+    recovered = []
+    with kubelet_with_plugin(host, device_plugin, booted=True) as (kubelet, plugin):
+        listed_healthy(kubelet, plugin)
+        for target in host.targets("aer-fatal"):
+            bdf = host.target_bdf(target)
+
+            def out_of_service(fault, bdf=bdf) -> str:
+                if fault.details["recovery"] != "successful":
+                    return f"the kernel's recovery {fault.details['recovery']}"
+                lost = config_lost(host, bdf)
+                return "configuration lost after the link reset: " + "; ".join(lost) if lost else ""
+
+            found = fault_and_await_loss(
+                host, kubelet, plugin, target,
+                lambda target=target: host.get("aer-fatal").aer_fatal(target, wait_recovery=True),
+                limit / 1000 + 30, out_of_service)
+            if found is None:
+                recovered.append(bdf)
+                continue
+            resource, lost, started_ms = found
+            _still_serving(kubelet, resource, lost)
+            break
+        else:
+            pytest.skip(f"host {host.description}: the kernel recovered every device intact from a fatal "
+                        f"error ({', '.join(recovered)}): no unrecovered fatal error to judge")
+    figure = ms_after(lost, int(started_ms * 1e6))
+    figure = ms_after(lost, int(started_ms * 1e6))
+    summary = measurements.record("DP-03", "loss_fatal_not_recovered", [figure], "ms", budget=limit,
+                                  budget_stat="max")
     assert summary.within_budget, summary.text()
 
 

@@ -83,8 +83,9 @@ def test_destructive_suites_pass_and_every_device_comes_back(stand_in, tmp_path)
     before = devices()
     journal = tmp_path / "journal.jsonl"
     junit = tmp_path / "junit.xml"
+    # The DP suite has a test of its own below (all of it here would add ~9 min under TCG).
     done = run_suites(stand_in, "suites", "-m", "not slow", "--allow-destructive", "--real-journal",
-                      str(journal), f"--junitxml={junit}")
+                      str(journal), f"--junitxml={junit}", "--ignore=suites/deviceplugin")
     assert done.returncode == 0, outcome(done)
     properties = {p.get("name"): p.get("value") for p in ElementTree.parse(junit).getroot().iter("property")}
     assert properties.get("runtime") == "hilconform-reference", properties
@@ -153,3 +154,54 @@ def test_boot_disk_and_ssh_link_are_protected_even_when_destructive(stand_in, tm
         assert stand_in.ssh("test -e /sys/bus/pci/devices/0000:00:06.0/driver").returncode == 0
     finally:
         assert host.close() == []
+
+
+NAIVE_PLUGIN = ROOT / "tests/plugins/naive_static_plugin.py"
+# The DP tests a real host runs with the reference front end in CI: registration and inventory,
+# a removal without warning and the rescan back (each put back after the test), a kubelet restart,
+# Allocate. (The whole suite on the stand-in, 2026-12-02: 8 passed, 5 skipped with reasons, 9.5 min.)
+DP_ON_A_REAL_HOST = (
+    "test_advertised_devices_are_the_managed_ones_healthy_with_stable_ids",
+    "test_a_device_removed_without_warning_is_dropped_or_unhealthy",
+    "test_a_device_back_in_its_slot_is_healthy_again_under_its_id",
+    "test_plugin_registers_again_after_a_kubelet_restart",
+    "test_allocate_answers_existing_nodes_and_refuses_unknown_ids",
+)
+
+
+def _stand_in_leftovers(stand_in: StandInHost) -> str:
+    """What a DP run could leave on the host: the stand-in's folder, the mount point it made, its
+    processes or a plugin's, a bind mount."""
+    return stand_in.ssh("ls -d /tmp/hilconform-kubelet.* /var/lib/kubelet/device-plugins 2>/dev/null; "
+                        "pgrep -af 'kubelet_stand_in|naive_static_plugin|hilconform-kubelet'; "
+                        "grep device-plugins /proc/mounts; true").stdout
+
+
+def test_the_reference_front_end_is_certified_on_a_real_host_and_nothing_stays(stand_in, tmp_path):
+    before = _stand_in_leftovers(stand_in)
+    devices = stand_in.ssh("ls /sys/bus/pci/devices").stdout
+    junit = tmp_path / "junit.xml"
+    done = run_suites(stand_in, "suites/deviceplugin", "--allow-destructive",
+                      "-k", " or ".join(DP_ON_A_REAL_HOST), "--real-journal", str(tmp_path / "journal.jsonl"),
+                      f"--junitxml={junit}")
+    assert done.returncode == 0, outcome(done)
+    assert passed_tests(junit) == set(DP_ON_A_REAL_HOST), outcome(done)
+    assert _stand_in_leftovers(stand_in) == before
+    assert stand_in.ssh("ls /sys/bus/pci/devices").stdout == devices
+
+
+def test_a_third_party_plugin_is_certified_through_a_private_mount_namespace(stand_in, tmp_path):
+    """A plugin that hard-codes /var/lib/kubelet/device-plugins (tests/plugins/naive_static_plugin.py)
+    runs on the real host in a private mount namespace where the stand-in's temporary folder is
+    bound at that path: it registers and lists (DP-02 passes) and, never re-registering, fails
+    DP-08. Nothing stays: no process, no folder, no mount point the run made."""
+    before = _stand_in_leftovers(stand_in)
+    junit = tmp_path / "junit.xml"
+    done = run_suites(stand_in, "suites/deviceplugin/test_dp02_inventory.py",
+                      "suites/deviceplugin/test_dp08_kubelet_restart.py", "--allow-destructive",
+                      "--device-plugin", f"{NAIVE_PLUGIN} hilconform.io/nvme 1b36:0010",
+                      "--device-plugin-resource", "hilconform.io/nvme=1b36:0010", f"--junitxml={junit}")
+    assert done.returncode == 1, outcome(done)
+    assert junit_counts(junit) == {"tests": 2, "failures": 1, "errors": 0, "skipped": 0}, outcome(done)
+    assert passed_tests(junit) == {"test_advertised_devices_are_the_managed_ones_healthy_with_stable_ids"}
+    assert _stand_in_leftovers(stand_in) == before

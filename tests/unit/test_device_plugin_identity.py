@@ -8,10 +8,32 @@ import os
 from types import SimpleNamespace
 
 from hilconform.emulators.profile import load_profile
+from hilconform.emulators.runtime_config import device_plugin_resources
 from hilconform.fixtures import device_plugin
 from hilconform.fixtures.command_plugin import plugin_command, plugin_resources
 from hilconform.fixtures.device_plugin import PluginChoice, kubelet_with_plugin
 from hilconform.fixtures.kubelet_node import NodeKubelet
+from hilconform.fixtures.kubelet_site import GUEST_SITE
+
+
+class _ProfileHost:
+    """An emulated host as the plugin choice sees it: its profile's resources, booted with the
+    reference front end on."""
+
+    def __init__(self, profile):
+        self.profile = profile
+        self.runtime = SimpleNamespace(hello={})
+        self.runtime_overrides = dict(device_plugin.FRONT_END_ON)
+
+    def get(self, wanted):
+        assert wanted == "kubelet-stand-in"
+        return self
+
+    def device_plugin_resources(self):
+        return device_plugin_resources(self.profile)
+
+    def kubelet_site(self):
+        return GUEST_SITE
 
 MIXED_RESOURCES = [
     {"name": "hilconform.io/nvidia-tesla-t4", "device_ids": ["10de:1eb8"]},
@@ -44,7 +66,7 @@ def test_the_reference_front_end_is_named_with_the_resources_of_the_hosts_it_ser
     choice = PluginChoice()
     assert choice.identity()["resources"] == []  # known once a DP test attaches it to a host
     for _ in range(2):  # two DP tests, each on a fresh host of the profile
-        choice.attach(SimpleNamespace(profile=load_profile("mixed")))
+        choice.attach(_ProfileHost(load_profile("mixed")))
     identity = choice.identity()
     assert (identity["kind"], identity["command"], identity["path"], identity["sha256"]) == (
         "reference-front-end",
@@ -80,7 +102,7 @@ def _register_request(seq: int, version: str) -> dict:
 def test_the_register_api_versions_are_those_of_the_records_the_tests_read():
     other = {"seq": 2, "ts_ns": 2, "kind": "options", "resource": "example.com/gpu", "message": {}}
     node = _StandInShell([_register_request(1, "v1beta1"), other, _register_request(3, "v1alpha")])
-    kubelet = NodeKubelet(node)
+    kubelet = NodeKubelet(node, GUEST_SITE)
     assert kubelet.register_versions == set()
     kubelet.records(0)
     assert kubelet.register_versions == {"v1beta1", "v1alpha"}
@@ -98,7 +120,7 @@ def test_the_plugin_choice_keeps_the_versions_its_kubelet_saw(monkeypatch):
             pass
 
     monkeypatch.setattr(device_plugin, "NodeKubelet", SeenStandIn)
-    host = SimpleNamespace(profile=load_profile("a100-stock"), runtime=SimpleNamespace(hello={}))
+    host = _ProfileHost(load_profile("a100-stock"))
     choice = PluginChoice()
     with kubelet_with_plugin(host, choice, booted=True):
         pass

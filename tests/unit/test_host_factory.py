@@ -34,8 +34,18 @@ class Options:
         return self.options.get(name)
 
 
+class AskedForTheRealHost(Exception):
+    """The test asked the factory for the real host itself (`fresh`): it runs there."""
+
+
+class RealHostRequest:
+    def getfixturevalue(self, name: str):
+        assert name == "host"
+        raise AskedForTheRealHost
+
+
 def factory(spec: str, **options) -> HostFactory:
-    return HostFactory(Options(**options), parse_host_spec(spec))
+    return HostFactory(Options(**options), parse_host_spec(spec), request=RealHostRequest())
 
 
 def test_the_profile_is_the_one_start_boots():
@@ -84,11 +94,37 @@ def load_suite_module(path: Path, monkeypatch):
     ids=[f"{p.parent.name}/{p.stem}::{n}" for p, n in hosts_of_their_own()],
 )
 def test_a_suite_test_with_hosts_of_its_own_skips_on_a_real_host(path, name, monkeypatch):
-    """The finding: on `--host real:ssh://...` these tests errored (ProfileError) before they skipped."""
+    """The finding: on `--host real:ssh://...` these tests errored (ProfileError) before they skipped.
+    A test that asks for a host in its starting state (`host_factory.fresh`: the DP suite) runs
+    on the real host instead: it gets the `host` fixture, whose needs check skips where due."""
     test = getattr(load_suite_module(path, monkeypatch), name)
     parameters = inspect.signature(test).parameters
     if "host" in parameters:
         pytest.skip(f"{name} also takes the `host` fixture")
     arguments = {p: None for p in parameters} | {"host_factory": factory(REAL_SPEC)}
-    with pytest.raises(pytest.skip.Exception):
+    with pytest.raises((pytest.skip.Exception, AskedForTheRealHost)):
         test(**arguments)
+
+
+def test_a_fresh_host_on_a_real_host_is_the_real_host_put_back_after_the_test():
+    class Real:
+        def __init__(self):
+            self.put_back_to = None
+
+        def as_found(self):
+            return 7
+
+        def put_back(self, mark):
+            self.put_back_to = mark
+
+    real = Real()
+
+    class Request:
+        def getfixturevalue(self, name):
+            assert name == "host"
+            return real
+
+    made = HostFactory(Options(), parse_host_spec(REAL_SPEC), request=Request())
+    assert made.fresh(hotplug_mode="acpi") is real
+    made.stop_all()
+    assert real.put_back_to == 7

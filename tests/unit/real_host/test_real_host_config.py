@@ -151,3 +151,21 @@ def test_ssh_failures_say_which_kind_they_are(stderr, kind):
     error = classify_ssh_failure("ssh://lab", stderr)
     assert isinstance(error, kind)
     assert stderr.strip() in str(error)
+
+
+def test_the_real_runtime_config_never_serves_the_kubelet_s_own_plugin_directory():
+    """A real host may run a real kubelet: the reference front end's directory is the run's own,
+    and it serves one resource per profile for every ID the profile selects."""
+    profile = load_real_profile("h200")
+    config = tomllib.loads(runtime_config(profile, "/tmp/hilconform-rt.abc", read_only=False))
+    assert config["device_plugin_dir"] == "/tmp/hilconform-rt.abc/device-plugins"
+    assert config["device_plugin_resources"] == {i: "hilconform.io/h200" for i in profile.select_ids}
+    site = {"device_plugin_dir": "/tmp/hilconform-kubelet.x/device-plugins", "device_plugin": True}
+    changed = tomllib.loads(runtime_config(profile, "/tmp/hilconform-rt.abc", False, site))
+    assert changed["device_plugin_dir"] == site["device_plugin_dir"] and changed["device_plugin"] is True
+
+
+def test_real_profiles_get_the_clauses_dp_defaults_unless_they_set_them():
+    assert load_real_profile("h200").budgets["dp_loss_ms"] == 5000
+    assert load_real_profile("h200").budgets["dp_first_list_ms"] == 10000
+    assert load_real_profile("emulated-guest").budgets["dp_first_list_over_floor_ms"] == 20000

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from hilconform.fixtures.real_safety import Journal, SafetyPolicy
+import hilconform.fixtures.real_safety as real_safety
+from hilconform.fixtures.real_safety import Journal, SafetyPolicy, restore
+from hilconform.fixtures.remote_command import CommandResult
 
 PROTECTED = {
     "0000:00:02.0": ["holds the file system mounted at /"],
@@ -43,3 +45,32 @@ def test_journal_is_json_lines_and_plans_the_undo(tmp_path):
     assert plan["bind"] == {"0000:17:00.0": "nvidia", "0000:31:00.0": "nvidia"}
     assert plan["slot_power"] == ["5"]
     assert plan["unload"] == ["aer_inject"]
+
+
+def test_a_test_s_changes_are_put_back_once_and_not_again_at_the_end(tmp_path, monkeypatch):
+    """A destructive DP test on a real host is put back at its end (HostFactory.fresh); the run's
+    final restore must not undo those entries a second time (a module unloaded twice fails)."""
+    journal = Journal(tmp_path / "j.jsonl")
+    journal.record("reset", "0000:17:00.0", driver="nvidia")
+    mark = journal.mark()
+    journal.record("remove", "0000:31:00.0", driver="nvidia")
+    journal.record("load-module", "aer_inject", module="aer_inject")
+    assert journal.undo_plan(mark) == {"rescan": ["0000:31:00.0"], "bind": {"0000:31:00.0": "nvidia"},
+                                       "slot_power": [], "unload": ["aer_inject"]}
+    done = []
+
+    class Runner:
+        def shell(self, script, timeout_s=30):
+            done.append(script)
+            return CommandResult((), 0, "", "")
+
+        def run(self, argv, timeout_s=30):
+            done.append(" ".join(argv))
+            return CommandResult((), 0, "", "")
+
+    monkeypatch.setattr(real_safety, "wait_present", lambda *a, **k: True)
+    monkeypatch.setattr(real_safety, "bound_driver", lambda runner, bdf: "nvidia")
+    assert restore(Runner(), journal, since=mark) == []
+    assert any("modprobe -r aer_inject" in d for d in done)
+    assert journal.undo_plan() == {"rescan": [], "bind": {"0000:17:00.0": "nvidia"},
+                                   "slot_power": [], "unload": []}

@@ -49,13 +49,14 @@ def test_a_real_host_is_recorded_without_touching_its_vm(tmp_path):
         "devices": {"0000:3b:00.0": {"vendor": "0x10de", "device": "0x20b0", "class": "0x030200"}}
     }
     host._runtime = StandInClient()
-    recorder = HostRecorder(tmp_path / "run")
+    recorder = HostRecorder(tmp_path / "run", "gw3")
     item = SimpleNamespace(funcargs={"host": host}, nodeid="suites/real/test_real01_link.py::test_link")
     recorder.record(item)
     recorder.record(item)  # a second test: nothing written twice
     assert not (tmp_path / "run" / "record-errors.jsonl").exists()
     record = json.loads((tmp_path / "run" / "hosts" / "real-ssh_lab_gpu7_22.json").read_text())
     assert record["guest_kernel"] == "6.1.0-31-amd64" and record["qemu_version"] is None
+    assert record["worker"] == "gw3"
     assert [f["ids"] for f in record["ground_truth"]] == ["10de:20b0"]
     assert record["runtime"]["runtime"] == "vendor-runtime" and record["inventory"] == INVENTORY
     events = (tmp_path / "run" / "events" / "real-ssh_lab_gpu7_22.jsonl").read_text().splitlines()
