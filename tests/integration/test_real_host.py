@@ -171,9 +171,10 @@ DP_ON_A_REAL_HOST = (
 
 def _stand_in_leftovers(stand_in: StandInHost) -> str:
     """What a DP run could leave on the host: the stand-in's folder, the mount point it made, its
-    processes or a plugin's, a bind mount."""
+    processes or a plugin's, a bind mount. (Each pattern bracketed: the shell running it must not
+    match itself.)"""
     return stand_in.ssh("ls -d /tmp/hilconform-kubelet.* /var/lib/kubelet/device-plugins 2>/dev/null; "
-                        "pgrep -af 'kubelet_stand_in|naive_static_plugin|hilconform-kubelet'; "
+                        "pgrep -af '[k]ubelet_stand_in|[n]aive_static_plugin|[h]ilconform-kubelet'; "
                         "grep device-plugins /proc/mounts; true").stdout
 
 
