@@ -26,7 +26,7 @@ TEST_PACKAGES := chromium
 # the exit code is the worst verdict (1 a clause failed wins over 2 incomplete, as within one run).
 certify: setup venv image qemu-prefix
 	@worst=0; for h in $(HOST) $(STOCK_HOST); do \
-		echo "hilconform: certifying $$h: every DISC/LIFE/HP/AER/RST clause (docs/spec.md)"; \
+		echo "hilconform: certifying $$h: every DISC/LIFE/HP/AER/RST/DP clause (docs/spec.md)"; \
 		$(VENV)/bin/hilconform certify --host $$h $(CERTIFY_ARGS) $(if $(strip $(PYTEST_ARGS)),-- $(PYTEST_ARGS)); \
 		rc=$$?; if [ $$rc = 1 ] || { [ $$rc != 0 ] && [ $$worst = 0 ]; }; then worst=$$rc; fi; \
 	done; exit $$worst

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Benchmark whether the gate holds on a loaded machine: verdicts of consecutive certify runs of
+the unchanged reference runtime while CPU hogs load the machine, and the mutants under the same
+load (issue 17).
+
+The benchmark starts its own CPU hogs (busy `python3` processes it owns and ends, also on
+Ctrl-C), waits until the 1-minute load average reaches --load, then runs `hilconform certify
+--host H` --runs times, one after the other, and prints per clause the verdict of every run and
+whether it flipped; with --mutant, the self-check of those mutants under the same load.
+
+Target (issue 17): 0 flips in 5 consecutive runs of `hilconform certify --host emulated:a100` at
+load average >= 6; every mutant still killed.
+Usage: benchmarks/loaded_gate.py [--host emulated:a100] [--runs 5] [--load 6] [--suite AREA ...]
+       [--mutant NAME ...] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HOG = "while True: pass"
+LOAD_WAIT_S = 240.0
+
+
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+def start_hogs(count: int) -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", HOG], stdin=subprocess.DEVNULL) for _ in range(count)]
+
+
+def stop_hogs(hogs: list[subprocess.Popen]) -> None:
+    for hog in hogs:  # our own children: the Popen objects prove it
+        hog.kill()
+    for hog in hogs:
+        hog.wait(timeout=10)
+
+
+def wait_for_load(target: float) -> float:
+    deadline = time.monotonic() + LOAD_WAIT_S
+    while load() < target and time.monotonic() < deadline:
+        time.sleep(5)
+    return load()
+
+
+def certify(host: str, suites: list[str], out: Path) -> tuple[int, dict[str, str], float]:
+    """One `hilconform certify` run: (exit code, clause -> verdict, minutes)."""
+    out.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "hilconform.reports", "certify", "--host", host, "--out", str(out)]
+    for suite in suites:
+        argv += ["--suite", suite]
+    started = time.monotonic()
+    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    minutes = (time.monotonic() - started) / 60
+    certificates = sorted(out.rglob("certificate.json"), key=lambda p: p.stat().st_mtime)
+    if not certificates:
+        return done.returncode, {}, minutes
+    certificate = json.loads(certificates[-1].read_text())
+    return done.returncode, {c["id"]: c["verdict"] for c in certificate["clauses"]}, minutes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="emulated:a100")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--load", type=float, default=6.0, help="1-minute load average to reach first")
+    parser.add_argument("--hogs", type=int, default=None, help="CPU hogs to start (default: --load)")
+    parser.add_argument("--suite", action="append", default=[], help="repeatable (default: every suite)")
+    parser.add_argument("--mutant", action="append", default=[], help="repeatable: self-check under load")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="hilc-loaded-gate-"))
+    print(f"hilconform loaded-gate benchmark: {args.runs} x certify --host {args.host} "
+          f"{' '.join('--suite ' + s for s in args.suite)}; {os.cpu_count()} CPUs; load {load():.2f} before "
+          f"the hogs; run folders under {out}", flush=True)
+    hogs = start_hogs(args.hogs or round(args.load))
+    try:
+        print(f"{len(hogs)} CPU hogs started; load average {wait_for_load(args.load):.2f}", flush=True)
+        runs = []
+        for index in range(args.runs):
+            before = load()
+            code, verdicts, minutes = certify(args.host, args.suite, out / f"run-{index + 1}")
+            runs.append(verdicts)
+            print(f"run {index + 1}: exit {code}, {minutes:.1f} min, load {before:.2f} -> {load():.2f}, "
+                  f"verdicts: {', '.join(f'{c} {v}' for c, v in sorted(verdicts.items())) or 'none'}",
+                  flush=True)
+        clauses = sorted({c for verdicts in runs for c in verdicts})
+        flips = [c for c in clauses if len({verdicts.get(c, 'missing') for verdicts in runs}) > 1]
+        print(f"clauses: {len(clauses)}; flipped: {len(flips)}"
+              + "".join(f"\n  {c}: {' '.join(v.get(c, 'missing') for v in runs)}" for c in flips))
+        if args.mutant:
+            before = load()
+            argv = [sys.executable, "-m", "hilconform.reports.self_check", "--host", args.host,
+                    "--no-reference", "--out", str(out / "mutants")]
+            argv += ["--mutant", *args.mutant]
+            done = subprocess.run(argv, capture_output=True, text=True)
+            lines = [line for line in done.stdout.splitlines() if line.startswith("self-check:")]
+            print(f"mutants under load ({before:.2f} -> {load():.2f}), exit {done.returncode}:\n  "
+                  + "\n  ".join(lines))
+    finally:
+        stop_hogs(hogs)
+    print(f"hogs stopped; load average {load():.2f}")
+
+
+if __name__ == "__main__":
+    main()
