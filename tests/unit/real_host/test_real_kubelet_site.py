@@ -13,13 +13,13 @@ import tarfile
 
 import pytest
 
-from hilconform.fixtures.real_kubelet_site import RealKubeletSite, mount_points_missing
+from hilconform.fixtures.real_kubelet_site import RealKubeletSite, standard_path_and_parents
 from hilconform.fixtures.remote_command import LocalRunner
 from hilconform.fixtures.runtime_deployment import STAND_IN_PACKAGE, source_tarball
 
 
 def test_the_mount_point_and_its_parents_outermost_first():
-    assert mount_points_missing("/var/lib/kubelet/device-plugins") == [
+    assert standard_path_and_parents("/var/lib/kubelet/device-plugins") == [
         "/var", "/var/lib", "/var/lib/kubelet", "/var/lib/kubelet/device-plugins"]
 
 
