@@ -119,6 +119,14 @@ class GuestAgent:
     def shell(self, script: str, timeout_s: float = 30.0) -> GuestResult:
         return self.run(["/bin/sh", "-c", script], timeout_s=timeout_s)
 
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """Write `data` to `path` in the guest (folders made as needed) with permissions `mode`."""
+        result = self.run(["/bin/sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1" && chmod "$2" "$1"',
+                           "sh", path, f"{mode:o}"], stdin=data)
+        if result.exit_code != 0:
+            raise GuestAgentError(f"could not write {path} in the guest: exit {result.exit_code} "
+                                      f"{result.stderr.strip()}")
+
     def read_file(self, path: str, limit: int = 4 << 20) -> bytes:
         handle = self.call("guest-file-open", {"path": path, "mode": "r"})
         try:

@@ -17,7 +17,7 @@ import time
 import weakref
 from pathlib import Path
 
-from . import instance_dir
+from . import instance_dir, vm_snapshot
 from .errors import InfrastructureError, QemuDied, QmpError
 from .guest_agent import GuestAgent
 from .image import GuestImage
@@ -30,8 +30,10 @@ from .qmp_session import QmpSession
 from .toolchain import qemu_binary_for, qemu_version
 from .vfio_user import guest_driver
 from .vfio_user.host import ModelHost
+from .vm_snapshot import SavedVM
 
 _live_vms: weakref.WeakSet[EmulatedVM] = weakref.WeakSet()
+GUEST_RUN_SHARE = "/opt/hilconform/run"  # where the guest sees (its copy of) the run share
 # After QMP fails at start: how long QEMU may take to exit before the QMP error is all we say.
 QEMU_EXIT_GRACE_S = 3.0
 
@@ -77,10 +79,13 @@ class EmulatedVM:
         self.queues: dict[str, NbdQueueBackend] = {}
         self.models = ModelHost()  # vfio-user servers of the slots that hold device models
         self.timings: dict[str, float] = {}
+        self.made_by: str | None = None  # "boot", or "restore" (from a saved VM) once started
         self._stopped = False
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def start(self, ready_timeout_s: float | None = None) -> EmulatedVM:
+    def start(self, ready_timeout_s: float | None = None, restore: SavedVM | None = None) -> EmulatedVM:
+        """Boot the VM, or, with `restore`, load a saved ready VM of the same configuration
+        (emulators/vm_snapshot.py): no boot, the guest and its runtime go on from the save."""
         ready_timeout_s = ready_timeout_s or self.profile.budgets.get("guest_ready_s", 90.0)
         started = time.monotonic()
         self.layout = InstanceLayout(instance_dir.make_instance_dir(self.profile.name))
@@ -92,20 +97,21 @@ class EmulatedVM:
                     self.queue_backend(slot.name)
                 if slot.populated and self.profile.kind(slot.device).model:
                     self.models.serve(slot.name, self.profile.kind(slot.device).model,
-                                      model_socket(self.layout, slot.name))
+                                      model_socket(self.layout, slot.name),
+                                      state=restore.card_states[slot.name] if restore else None)
             if self.ssh_authorized_key is not None:
                 self.ssh_port = free_loopback_port()
-            argv = build_argv(self.qemu_binary, self.profile, self.image, self.layout, self.accel,
-                              ssh_forward_port=self.ssh_port)
-            argv = guest_driver.with_iommu(argv, self.profile)  # a model's guest driver may need one
-            if self.allow_reboot:
-                argv.remove("-no-reboot")
+            argv = self._argv(self.layout)
+            if restore is not None:
+                argv += ["-incoming", "defer"]
             (self.layout.folder / "qemu.argv.json").write_text(json.dumps(argv, indent=1))
             self.qemu = ChildProcess("qemu", argv, self.layout.qemu_log, self.layout.pids)
             wait_for_path(self.layout.qmp_socket, 15.0, self.qemu)
             self.qmp = QmpSession(self.layout.qmp_socket, self.layout.qmp_events)
             try:
                 self.qmp.connect()
+                if restore is not None:
+                    vm_snapshot.load(self, restore, ready_timeout_s)
                 self.qmp.execute("cont")
             except QmpError:
                 self._raise_if_qemu_exits()  # QEMU made its socket, then gave up: its words, not EOF
@@ -114,23 +120,71 @@ class EmulatedVM:
             self.agent = GuestAgent(self.layout.agent_socket)
             self.agent.wait_ready(ready_timeout_s, alive=self.check_alive)
             self.timings["guest_ready_s"] = time.monotonic() - started
-            guest_driver.check_bound(self)  # each cold-plugged model has the driver it names
+            if restore is None:
+                guest_driver.check_bound(self)  # each cold-plugged model has the driver it names
+            else:
+                vm_snapshot.resume_guest(self, restore)
+            self.made_by = "restore" if restore is not None else "boot"
         except BaseException:
             self.stop()
             raise
         return self
 
+    def _argv(self, layout: InstanceLayout) -> list[str]:
+        argv = build_argv(self.qemu_binary, self.profile, self.image, layout, self.accel,
+                          ssh_forward_port=self.ssh_port)
+        argv = guest_driver.with_iommu(argv, self.profile)  # a model's guest driver may need one
+        if self.allow_reboot:
+            argv.remove("-no-reboot")
+        return argv
+
+    def configuration_key(self) -> str:
+        """What a saved VM must share with this one to stand in for its boot (vm_snapshot)."""
+        placeholder = InstanceLayout(Path("/instance"))
+        argv = [arg.replace(str(self.layout.folder), "/instance") if self.layout else arg
+                for arg in self._argv(placeholder)]
+        return vm_snapshot.configuration_key(
+            argv, {name: data for name, (data, _) in self._guest_share_files().items()},
+            [self.image.kernel, self.image.initramfs, self.image.rootfs])
+
+    def _guest_share_files(self) -> dict[str, tuple[bytes, int]]:
+        """The run share's files at start: name -> (contents, mode)."""
+        files: dict[str, tuple[bytes, int]] = {}
+        if self.runtime_config is not None:
+            files["runtime.toml"] = (self.runtime_config.encode(), 0o644)
+        if self.runtime_module:
+            files["runtime.module"] = ((self.runtime_module + "\n").encode(), 0o644)
+        drivers = guest_driver.share_text(self.profile)
+        if drivers is not None:
+            files[guest_driver.SHARE_FILE] = (drivers.encode(), 0o644)
+        if self.ssh_authorized_key is not None:
+            files["ssh/authorized_keys"] = ((self.ssh_authorized_key.strip() + "\n").encode(), 0o644)
+        return files
+
     def _write_guest_share(self) -> None:
         share = self.layout.guest_share
         share.mkdir()
-        if self.runtime_config is not None:
-            (share / "runtime.toml").write_text(self.runtime_config)
-        if self.runtime_module:
-            (share / "runtime.module").write_text(self.runtime_module + "\n")
-        guest_driver.write_share(share, self.profile)
-        if self.ssh_authorized_key is not None:
-            (share / "ssh").mkdir()
-            (share / "ssh" / "authorized_keys").write_text(self.ssh_authorized_key.strip() + "\n")
+        for name, (data, mode) in self._guest_share_files().items():
+            target = share / name
+            target.parent.mkdir(exist_ok=True)
+            target.write_bytes(data)
+            target.chmod(mode)
+
+    def update_run_share(self, name: str, data: bytes, mode: int = 0o644) -> str:
+        """Write `name` into the VM's run share and into the guest's copy of it; its guest path.
+
+        The guest runs from a copy of the share (vm-images/guest-init.sh: a mounted 9p share
+        blocks migration), so a change the guest must see now goes through the agent; the
+        share keeps it for a reboot, which copies the share again.
+        """
+        target = self.layout.guest_share / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        target.chmod(mode)
+        guest_path = f"{GUEST_RUN_SHARE}/{name}"
+        if self.agent is not None:
+            self.agent.write_file(guest_path, data, mode)
+        return guest_path
 
     def queue_backend(self, slot_name: str) -> NbdQueueBackend:
         """The NBD backend of a slot's queue device, started on first use."""

@@ -9,9 +9,30 @@ mount -t devpts devpts /dev/pts 2>/dev/null
 mkdir -p /run/udev /run/hilconform /dev/pts
 hostname hilconform-guest
 
-# The per-VM folder of the host: runtime configuration and selection.
-mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,ro hilconform_run /opt/hilconform/run \
-    || log "no hilconform_run share"
+# The guest runs from copies, never from the 9p shares: a mounted 9p share blocks QEMU's
+# migration, and a ready VM saved by migration is how a fresh host is made without a boot
+# (emulators/vm_snapshot.py). First pass: mount the per-VM run share (runtime configuration and
+# selection), copy it and the code the guest runs into tmpfs, and start this script again
+# from the copy (bash keeps the script it runs open). Second pass: unmount both shares and put
+# the copies where they were, so every path stays as it was. The host changes a copied file
+# through the guest agent (and in its share, which a reboot copies again).
+if [ "$HILCONFORM_GUEST_COPY" != 1 ]; then
+    mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,ro hilconform_run /opt/hilconform/run \
+        || log "no hilconform_run share"
+    rm -rf /run/hilconform/src /run/hilconform/run
+    mkdir -p /run/hilconform/src/vm-images /run/hilconform/run
+    tar -C /opt/hilconform/src --exclude=__pycache__ --exclude=tests/unit -cf - runtime tests emulators \
+        | tar -C /run/hilconform/src -xf - || log "could not copy the code"
+    cp -a /opt/hilconform/src/vm-images/*.sh /run/hilconform/src/vm-images/
+    cp -a /opt/hilconform/run/. /run/hilconform/run/
+    export HILCONFORM_GUEST_COPY=1
+    exec /run/hilconform/src/vm-images/guest-init.sh
+fi
+unset HILCONFORM_GUEST_COPY
+umount /opt/hilconform/run || log "run share still mounted"
+umount /opt/hilconform/src || log "code share still mounted"
+mount --bind /run/hilconform/run /opt/hilconform/run
+mount --bind /run/hilconform/src /opt/hilconform/src
 
 # Drivers for the chipset's own SATA/SMBus/watchdog and for nested virtualisation
 # cost seconds under TCG and serve nothing here: keep udev from loading them. nouveau
@@ -79,6 +100,11 @@ if [ -f /opt/hilconform/run/ssh/authorized_keys ]; then
         log "no NIC at 0000:00:06.0 for sshd"
     fi
 fi
+
+# The root file system is read from the image (QEMU's snapshot=on drops every write at exit):
+# read-only from here on, a saved VM and the image it is restored over agree. Not with sshd
+# (a stand-in real host is never saved).
+[ -f /opt/hilconform/run/ssh/authorized_keys ] || mount -o remount,ro / || log "root stays read-write"
 
 config=/opt/hilconform/run/runtime.toml
 if [ -f "$config" ]; then

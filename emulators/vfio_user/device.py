@@ -7,6 +7,7 @@ because the server thread and the test thread both touch the state.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -40,6 +41,7 @@ class ModelDevice:
         self.reset_ready_delay_s = 0.0  # knob: how long the card stays not ready after a reset
         self._not_ready_until = 0.0  # monotonic time until which every read returns all ones
         self.memfds: dict[int, int] = {}
+        self._state_after_first_reset: dict | None = None  # load_state: a restored VM's card
         for bar in model.bars:
             if bar.backing == "memfd":
                 fd = os.memfd_create(f"hilc-{instance}-bar{bar.index}", os.MFD_CLOEXEC)
@@ -53,6 +55,41 @@ class ModelDevice:
             except OSError:
                 pass
         self.memfds.clear()
+
+    # -- a saved VM (emulators/vm_snapshot.py) ------------------------------------------------------
+    def saved_state(self) -> dict:
+        """What this card holds that QEMU's migration stream does not: the guest's configuration
+        writes, register values, queue counters and what the guest wrote into its memfd BARs
+        (only the extents that hold data: a 256 MiB BAR the guest never touched costs nothing).
+        A VM restored from the stream gets a new card loaded with this (`load_state`)."""
+        if self.queue.in_flight or self.queue.stuck or self.fallen_off or self.resetting:
+            raise ValueError(f"{self.instance}: a card with a fault or work in flight is not saved")
+        with self.lock:
+            return {
+                "config": bytes(self.config.data),
+                "registers": (self.registers.scratch, self.registers.firmware_version,
+                              self.registers.shell_version),
+                "queue": dataclasses.replace(self.queue.counters),
+                "bars": {index: _data_extents(fd) for index, fd in self.memfds.items()},
+            }
+
+    def load_state(self, state: dict) -> None:
+        """Take the state `saved_state` gave, before QEMU connects, and again after QEMU's first
+        device reset: a QEMU starting to load a saved VM resets its devices first (machine
+        reset), and the guest it then resumes expects the card as it was saved."""
+        with self.lock:
+            self._load(state)
+            self._state_after_first_reset = state
+
+    def _load(self, state: dict) -> None:
+        with self.lock:
+            self.config.data[:] = state["config"]
+            (self.registers.scratch, self.registers.firmware_version,
+             self.registers.shell_version) = state["registers"]
+            self.queue.counters = dataclasses.replace(state["queue"])
+            for index, extents in state["bars"].items():
+                for offset, data in extents:
+                    os.pwrite(self.memfds[index], data, offset)
 
     # -- what the server asks ---------------------------------------------------------------------
     def region_info(self, index: int) -> tuple[int, int, int | None]:
@@ -109,6 +146,9 @@ class ModelDevice:
             self.stats.device_resets += 1
             self.stats.log.append("device_reset")
             self._reset_function()
+            if self._state_after_first_reset is not None:  # a restored VM's machine reset
+                self._load(self._state_after_first_reset)
+                self._state_after_first_reset = None
 
     def _flr(self) -> None:
         # Called from config.write with the lock held.
@@ -193,3 +233,18 @@ class ModelDevice:
             if speed not in pci_tables()["link_speeds"]:
                 raise ValueError(f"unknown link speed {speed!r}")
             self.config.set_link(speed, width)
+
+
+def _data_extents(fd: int) -> list[tuple[int, bytes]]:
+    """(offset, bytes) of each run of a memfd that holds data (SEEK_DATA / SEEK_HOLE)."""
+    end = os.fstat(fd).st_size
+    extents, offset = [], 0
+    while offset < end:
+        try:
+            start = os.lseek(fd, offset, os.SEEK_DATA)
+        except OSError:  # ENXIO: no data after offset
+            break
+        stop = os.lseek(fd, start, os.SEEK_HOLE)
+        extents.append((start, os.pread(fd, stop - start, start)))
+        offset = stop
+    return extents

@@ -13,7 +13,6 @@ cold-plugged model has its driver (a card left unbound is a broken test bed, not
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from ..errors import InfrastructureError
 from ..pci_inventory import function_below, query_pci
@@ -50,12 +49,6 @@ def share_text(profile) -> str | None:
     lines += ["module " + " ".join(m) for m in modules]
     lines += [f"bind {ids.replace(':', ' ')} {driver.name}" for ids, driver in sorted(drivers.items())]
     return "\n".join(lines) + "\n"
-
-
-def write_share(share: Path, profile) -> None:
-    text = share_text(profile)
-    if text is not None:
-        (share / SHARE_FILE).write_text(text)
 
 
 def with_iommu(argv: list[str], profile) -> list[str]:

@@ -22,11 +22,13 @@ class ModelHost:
         self.supervisor = Supervisor(hung_after_s=hung_after_s)
 
     def serve(self, slot: str, model_name: str, socket_path: Path,
-              device_id: str | None = None, serial_number: int | None = None) -> ModelServer:
+              device_id: str | None = None, serial_number: int | None = None,
+              state: dict | None = None) -> ModelServer:
         """Start serving `model_name` for `slot` on `socket_path` (watched, policy 'leave').
 
         `serial_number` (the DSN) names the unit; by default the slot's own unit: the same
-        number each time the slot is served, as when a card is pulled and put back."""
+        number each time the slot is served, as when a card is pulled and put back. `state`:
+        a saved card's (`saved_states`), for a VM restored from a saved one."""
         if slot in self.servers:
             raise ValueError(f"slot {slot!r} already has a model server (release it first)")
         model = load_model(model_name)
@@ -37,6 +39,8 @@ class ModelHost:
         device = ModelDevice(model, device_id or slot, serial_number)
         server = ModelServer(device, socket_path)
         try:
+            if state is not None:
+                device.load_state(state)
             server.start()
         except BaseException:
             device.close()
@@ -44,6 +48,10 @@ class ModelHost:
         self.servers[slot] = server
         self.supervisor.watch(device.instance, server)
         return server
+
+    def saved_states(self) -> dict[str, dict]:
+        """Each served slot's card state (ModelDevice.saved_state), for a saved VM."""
+        return {slot: server.device.saved_state() for slot, server in self.servers.items()}
 
     def device(self, slot: str) -> ModelDevice:
         return self.server(slot).device

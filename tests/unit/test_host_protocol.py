@@ -6,6 +6,7 @@ only skips), and asking for one it lacks is an error naming the host and the cap
 
 from __future__ import annotations
 
+import functools
 import inspect
 from types import SimpleNamespace
 
@@ -94,17 +95,22 @@ def test_a_real_hosts_aer_injection_keeps_the_severity_apart(tmp_path):
 def test_an_emulated_restart_with_overrides_rewrites_the_guests_config(tmp_path):
     from hilconform.emulators.errors import InfrastructureError
     from hilconform.emulators.runtime_config import runtime_config_for
+    from hilconform.emulators.vm import EmulatedVM
 
     host = emulated("a100-stock")
-    scripts = []
+    scripts, guest_files = [], {}
     host.vm.layout = SimpleNamespace(guest_share=tmp_path)
     host.vm.runtime_config = runtime_config_for(host.profile)
+    host.vm.update_run_share = functools.partial(EmulatedVM.update_run_share, host.vm)
     host.vm.agent = SimpleNamespace(
-        shell=lambda script, timeout_s: scripts.append(script) or SimpleNamespace(exit_code=0, stderr="")
+        shell=lambda script, timeout_s: scripts.append(script) or SimpleNamespace(exit_code=0, stderr=""),
+        write_file=lambda path, data, mode: guest_files.update({path: data}),
     )
     host.restart_runtime({"lease_ttl_s": 2.0})
     host.restart_runtime({"lease_ttl_s": 3.0})  # a second change starts again from the profile's config
-    assert (tmp_path / "runtime.toml").read_text() == runtime_config_for(host.profile, {"lease_ttl_s": 3.0})
+    wanted = runtime_config_for(host.profile, {"lease_ttl_s": 3.0})
+    assert (tmp_path / "runtime.toml").read_text() == wanted  # the share, for a reboot
+    assert guest_files == {"/opt/hilconform/run/runtime.toml": wanted.encode()}  # the guest's copy, now
     assert len(scripts) == 2
     host.vm.runtime_config = "name = 'a config of its own'\n"
     with pytest.raises(InfrastructureError, match="runtime config of its own"):

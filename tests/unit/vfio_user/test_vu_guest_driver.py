@@ -61,11 +61,9 @@ def test_share_file_loads_modules_then_binds_by_ids():
     assert all(ln.startswith(("module ", "bind ")) for ln in lines)
 
 
-def test_stock_profile_gets_no_share_file_and_no_iommu(tmp_path):
+def test_stock_profile_gets_no_share_file_and_no_iommu():
     stock = _profile(models=False)
     assert guest_driver.share_text(stock) is None
-    guest_driver.write_share(tmp_path, stock)
-    assert not (tmp_path / guest_driver.SHARE_FILE).exists()
     argv = ["qemu", "-append", "console=ttyS0", "-device", "{}"]
     assert guest_driver.with_iommu(argv, stock) == argv
 

@@ -1,0 +1,198 @@
+"""Fresh hosts without a boot: a ready VM saved once (QEMU migration to a file), restored per host.
+
+Why: a destructive test needs a host in its just-booted state, and a boot under TCG takes
+~16 s (docs/emulated-hosts.md). A VM booted once per configuration and process is saved
+right after its runtime's cold discovery, and every later host of that configuration is a
+new QEMU that loads the saved stream (`-incoming defer`, `migrate-incoming`) with new
+device-model servers loaded with the saved cards' state. What the guest runs is a copy in
+tmpfs (vm-images/guest-init.sh unmounts its 9p shares) and its root is mounted read-only, so
+the stream and the image it is restored over agree.
+
+What the stream lacks, measured (QEMU 11.1): a vfio-user device's state (QEMU's client sets up
+no device migration, and raises no blocker either). Our device-model servers are in this
+process, so their cards are carried beside the stream (ModelDevice.saved_state); QEMU's own
+virtualised registers of such a device (BARs, command register) come back at their reset
+values, so the guest's values are read before the save and written back in the restored guest
+(setpci) while the runtime is held (SIGSTOP, then SIGCONT): it never sees them missing.
+
+Only a VM whose QEMU lets it migrate is saved: QEMU names the devices that block it
+(`query-migrate`'s `blocked-reasons`; QEMU's nvme, the stock stand-in, is one); such a
+configuration keeps booting, and `SavedVMs.why_booted` says why.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import instance_dir
+from .errors import InfrastructureError
+from .pci_inventory import function_below, query_pci
+
+SAVE_TIMEOUT_S = 60.0
+MAX_SAVED = 4  # streams kept per process (~120 MiB each); the oldest goes first
+
+
+@dataclass(frozen=True)
+class SavedVM:
+    """One saved ready VM: QEMU's migration stream and the device-model cards' state."""
+
+    key: str  # the configuration it was saved from (EmulatedVM.configuration_key)
+    stream: Path
+    card_states: dict = field(repr=False)  # slot -> ModelDevice.saved_state()
+    guest_registers: str = ""  # setpci arguments that put the model devices' registers back
+    size_bytes: int = 0
+
+
+# The registers of a vfio-user device that QEMU virtualises and does not migrate (setpci names).
+VIRTUALISED = ("BASE_ADDRESS_0", "BASE_ADDRESS_1", "BASE_ADDRESS_2", "BASE_ADDRESS_3",
+               "BASE_ADDRESS_4", "BASE_ADDRESS_5", "ROM_ADDRESS", "COMMAND")
+HOLD_RUNTIME = "pid=$(cat /run/hilconform/runtime.pid 2>/dev/null) && kill -{} $pid 2>/dev/null; true"
+
+
+def migration_blockers(qmp) -> list[str]:
+    """What QEMU says stops this VM from migrating now (empty: nothing)."""
+    return list(qmp.execute("query-migrate", timeout_s=10).get("blocked-reasons", []))
+
+
+def save(vm, stream: Path) -> SavedVM:
+    """Save the running `vm` into `stream` and let it run on; InfrastructureError if QEMU fails.
+
+    The VM is paused for the save (the cards' state and the stream are taken at one moment)
+    and continues afterwards: the VM saved is the VM the first test gets.
+    """
+    key = vm.configuration_key()
+    guest_registers = _model_registers(vm)
+    vm.agent.shell(HOLD_RUNTIME.format("STOP"), timeout_s=20)
+    vm.qmp.execute("stop")
+    try:
+        card_states = vm.models.saved_states()
+        vm.qmp.execute("migrate", {"uri": f"exec:cat > {stream}"}, timeout_s=30)
+        deadline = time.monotonic() + SAVE_TIMEOUT_S
+        while True:
+            status = vm.qmp.execute("query-migrate", timeout_s=10)
+            if status.get("status") == "completed":
+                break
+            if status.get("status") in ("failed", "cancelled") or time.monotonic() > deadline:
+                stream.unlink(missing_ok=True)
+                raise InfrastructureError(f"saving {vm.profile.name} failed: "
+                                          f"{status.get('status')} {status.get('error-desc', '')}")
+            time.sleep(0.05)
+    finally:
+        vm.qmp.execute("cont")
+        vm.agent.shell(HOLD_RUNTIME.format("CONT"), timeout_s=20)
+    return SavedVM(key, stream, card_states, guest_registers, stream.stat().st_size)
+
+
+def resume_guest(vm, saved: SavedVM) -> None:
+    """In a restored guest, now running, in one command: the wall clock set to the host's (it
+    stood still while saved; the guest's monotonic clock and boot time agree with each other,
+    as after a boot), the model devices' registers back, the runtime released."""
+    script = f"date -s @{time.time_ns() / 1e9:.6f} >/dev/null && "
+    if saved.guest_registers:
+        script += f"setpci {saved.guest_registers} && "
+    result = vm.agent.shell(script + HOLD_RUNTIME.format("CONT"), timeout_s=20)
+    if result.exit_code != 0:
+        raise InfrastructureError(f"restored guest: could not set its clock or put the device "
+                                  f"registers back: {result.stderr.strip()}")
+    off_s = abs(vm.agent.call("guest-get-time") - time.time_ns()) / 1e9
+    if off_s > 1.0:
+        raise InfrastructureError(f"the restored guest's clock is {off_s:.1f} s off the host's")
+
+
+def _model_registers(vm) -> str:
+    """`-s BDF REG=VALUE ...` for every model device the guest has (what a restore writes back)."""
+    truth = query_pci(vm.qmp)
+    bdfs = [function_below(truth, slot.port_id) for slot in vm.profile.slots
+            if slot.populated and vm.profile.kind(slot.device).model]
+    arguments = []
+    for bdf in filter(None, bdfs):
+        result = vm.agent.run(["setpci", "-s", bdf, *VIRTUALISED], timeout_s=20)
+        values = result.stdout.split()
+        if result.exit_code != 0 or len(values) != len(VIRTUALISED):
+            raise InfrastructureError(f"could not read {bdf}'s registers in the guest: "
+                                      f"{result.stderr.strip()}")
+        pairs = zip(VIRTUALISED, values, strict=True)
+        arguments += ["-s", bdf] + [f"{name}={value}" for name, value in pairs]
+    return " ".join(arguments)
+
+
+def load(vm, saved: SavedVM, timeout_s: float) -> None:
+    """Feed `saved` into `vm`'s QEMU, started with `-incoming defer`; returns once it is loaded."""
+    if saved.key != vm.configuration_key():
+        raise InfrastructureError(f"saved VM {saved.stream} is of another configuration")
+    vm.qmp.execute("migrate-incoming", {"uri": f"exec:cat {saved.stream}"}, timeout_s=10)
+    deadline = time.monotonic() + timeout_s
+    while vm.qmp.execute("query-status", timeout_s=10)["status"] == "inmigrate":
+        vm.check_alive()  # a stream QEMU cannot load ends QEMU, with its words
+        if time.monotonic() > deadline:
+            raise InfrastructureError(f"QEMU did not load {saved.stream} within {timeout_s} s")
+        time.sleep(0.02)
+
+
+class SavedVMs:
+    """This process's saved VMs, by configuration; their streams in one instance folder."""
+
+    def __init__(self, limit: int = MAX_SAVED):
+        self.limit = limit
+        self._saved: dict[str, SavedVM] = {}
+        self.why_booted: dict[str, str] = {}  # configuration key -> why it is not saved
+        self._folder: Path | None = None
+
+    def get(self, key: str) -> SavedVM | None:
+        return self._saved.get(key)
+
+    def remember(self, vm) -> SavedVM | None:
+        """Save `vm` (just made ready) unless its configuration is saved or cannot be; the saved VM."""
+        key = vm.configuration_key()
+        if key in self._saved or key in self.why_booted:
+            return self._saved.get(key)
+        blockers = migration_blockers(vm.qmp)
+        if blockers:
+            self.why_booted[key] = "; ".join(blockers)
+            return None
+        while len(self._saved) >= self.limit:
+            oldest = next(iter(self._saved))
+            self._saved.pop(oldest).stream.unlink(missing_ok=True)
+        saved = save(vm, self.folder() / f"{key[:16]}.stream")
+        self._saved[key] = saved
+        return saved
+
+    def folder(self) -> Path:
+        if self._folder is None:
+            self._folder = instance_dir.make_instance_dir("saved")
+        return self._folder
+
+    def clear(self) -> None:
+        self._saved.clear()
+        if self._folder is not None:
+            instance_dir.remove_instance_dir(self._folder)
+            self._folder = None
+
+
+def configuration_key(argv: list[str], share_files: dict[str, bytes], files: list[Path]) -> str:
+    """A digest of what makes two VMs the same: QEMU's command line (instance paths as given),
+    the run share's files and the identity (size, mtime) of the files the VM boots from."""
+    digest = hashlib.sha256(json.dumps(argv).encode())
+    for name, data in sorted(share_files.items()):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    for path in files:
+        stat = path.stat()
+        digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()
+
+
+_process_saved: SavedVMs | None = None
+
+
+def saved_vms() -> SavedVMs:
+    """The process's saved VMs (removed at exit)."""
+    global _process_saved
+    if _process_saved is None:
+        _process_saved = SavedVMs()
+        atexit.register(_process_saved.clear)
+    return _process_saved

@@ -1,0 +1,116 @@
+"""A host restored from a saved ready VM is, to the suites, the host a boot gives (issue 17).
+
+On the device-model host (a100, QEMU 11.1: migratable): one host booted plainly, one booted and
+saved (the first of its configuration), and one restored from that save. All three must show the
+same ground truth (QEMU's query-pci), the same guest view (lspci with the config space's first
+bytes, the read-only root, the code run from tmpfs), and the same runtime state: every device with
+the same BDF, fingerprint, identity, states, info and pool membership; no lease, no holder. A
+restored guest's wall clock is the host's. On the stock host (QEMU 7.2's nvme cannot migrate) a
+fresh host boots and the reason is QEMU's.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from hilconform.emulators import vm_snapshot
+from hilconform.emulators.pci_inventory import query_pci
+from hilconform.emulators.profile import load_profile
+from hilconform.emulators.runtime_config import runtime_config_for
+from hilconform.emulators.vm import EmulatedVM
+from hilconform.fixtures.fresh_host import start_from_saved, why_booted
+from hilconform.fixtures.host import EmulatedHost
+
+# Fields of a runtime's device record that say when, not what (a restored runtime ran on).
+WHEN_FIELDS = ("since_ns",)
+GUEST_VIEW = ("lspci -D -n -xxxx;"  # every function and its whole config space
+              " findmnt -n -o TARGET,FSTYPE,OPTIONS / /opt/hilconform/src /opt/hilconform/run;"
+              " cat /proc/cmdline; ls /var/lib/kubelet; cat /run/hilconform/identities.json")
+
+
+def _host(profile_name: str, restoring: bool) -> EmulatedHost:
+    profile = load_profile(profile_name)
+    host = EmulatedHost(EmulatedVM(profile, runtime_config=runtime_config_for(profile)), name=profile.name)
+    if restoring:
+        start_from_saved(host)
+    else:
+        host.vm.start()
+    return host
+
+
+def _quiet_inventory(host: EmulatedHost, timeout_s: float = 60) -> list[dict]:
+    """The runtime's devices once cold discovery and every orderly add are done."""
+    deadline = time.monotonic() + timeout_s
+    host.settled_inventory(timeout_s=timeout_s)
+    while True:
+        devices = host.runtime.call("inventory")["devices"]
+        if not any(d["busy"] for d in devices) or time.monotonic() > deadline:
+            return [{k: v for k, v in d.items() if k not in WHEN_FIELDS} for d in devices]
+        time.sleep(0.1)
+
+
+def _view(host: EmulatedHost) -> dict:
+    runtime = _quiet_inventory(host)
+    result = host.shell(GUEST_VIEW, timeout_s=60)
+    assert result.exit_code == 0, result.stderr
+    return {"ground_truth": query_pci(host.vm.qmp), "guest": result.stdout, "runtime": runtime}
+
+
+@pytest.fixture
+def own_saved_vms(monkeypatch):
+    """Saved VMs of this test only (others' saves would make the first host a restore)."""
+    saved = vm_snapshot.SavedVMs()
+    monkeypatch.setattr(vm_snapshot, "_process_saved", saved)
+    yield saved
+    saved.clear()
+
+
+def test_a_restored_model_host_is_the_host_a_boot_gives(own_saved_vms):
+    booted = _host("a100", restoring=False)
+    try:
+        expected = _view(booted)
+    finally:
+        booted.close()
+    assert expected["runtime"] and all(d["state"] == "HEALTHY" for d in expected["runtime"])
+
+    first = _host("a100", restoring=True)  # the first of its configuration: booted, then saved
+    try:
+        assert first.vm.made_by == "boot" and why_booted() == {}
+        assert _view(first) == expected  # the save left it as it was
+    finally:
+        first.close()
+
+    requested = time.monotonic()
+    restored = _host("a100", restoring=True)
+    try:
+        restored.settled_inventory()
+        took_s = time.monotonic() - requested
+        assert restored.vm.made_by == "restore"
+        assert _view(restored) == expected
+        guest_now_ns = restored.vm.agent.call("guest-get-time")
+        assert abs(guest_now_ns - time.time_ns()) < 2e9, "the restored guest's wall clock was not set"
+        # A change the guest must see goes through the agent into its copy of the run share.
+        restored.restart_runtime({"lease_ttl_s": 7.0})
+        config = restored.shell("cat /opt/hilconform/run/runtime.toml").stdout
+        assert "lease_ttl_s = 7.0" in config
+        restored.settled_inventory()
+    finally:
+        restored.close()
+    print(f"restored host: request -> inventory complete {took_s:.2f} s")
+
+
+def test_a_host_qemu_cannot_migrate_boots_and_qemu_says_why(own_saved_vms):
+    host = _host("a100-stock", restoring=True)
+    try:
+        assert host.vm.made_by == "boot"
+        reasons = list(why_booted().values())
+        assert len(reasons) == 1 and "nvme" in reasons[0], reasons
+    finally:
+        host.close()
+    again = _host("a100-stock", restoring=True)
+    try:
+        assert again.vm.made_by == "boot"  # no save is tried again for that configuration
+    finally:
+        again.close()
