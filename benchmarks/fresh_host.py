@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-"""Benchmark how long a destructive test waits for a fresh emulated host, and what stands in the
-way of restoring a saved one instead of booting (issue 17).
+"""Benchmark how long a destructive test waits for a fresh emulated host: by boot (how it was
+until issue 17, and still the way for a configuration QEMU cannot migrate) and by restoring a
+saved ready VM (fixtures/fresh_host.py, emulators/vm_snapshot.py), side by side, same machine,
+same run.
 
-  * fresh host: the request (EmulatedVM.start) -> the runtime's inventory complete, per boot;
-    median, p95 and spread of N boots per profile, with the load average before and after
-  * migration blockers: on one ready host per profile, QMP `migrate` to a file is tried and what
-    QEMU refuses is printed (9p shares mounted in the guest, vfio-user devices, ...), then again
-    with the guest's 9p shares unmounted where the guest lets them go
+  * by boot: the request (EmulatedVM.start) -> the runtime's inventory complete, N boots
+  * by restore: the first host of the configuration boots and is saved (its cost printed), then
+    N hosts are restored: the request -> the runtime's inventory complete; or, where QEMU cannot
+    migrate the host, what QEMU says
+Each figure: median, p95, spread (n), with the load average. Run it alone: VMs booting beside
+it slow every figure.
 
 Target (issue 17): fresh host <= 1.5 s median on emulated:a100-stock and emulated:a100.
-Run it alone: VMs booting beside it slow every boot.
-Usage: benchmarks/fresh_host.py [--profile a100-stock --profile a100] [--boots 5] [--no-probe]
+Usage: benchmarks/fresh_host.py [--profile a100-stock --profile a100] [--hosts 5]
 """
 
 from __future__ import annotations
@@ -18,18 +20,16 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
-from hilconform.emulators.errors import InfrastructureError, QmpError
+from hilconform.emulators import vm_snapshot
+from hilconform.emulators.errors import InfrastructureError
 from hilconform.emulators.profile import load_profile
 from hilconform.emulators.runtime_config import runtime_config_for
-from hilconform.emulators.toolchain import qemu_version
+from hilconform.emulators.toolchain import qemu_binary_for, qemu_version
 from hilconform.emulators.vm import EmulatedVM
+from hilconform.fixtures.fresh_host import start_from_saved, why_booted
 from hilconform.fixtures.host import EmulatedHost
-
-SHARES = ("/opt/hilconform/src", "/opt/hilconform/run")  # the guest's 9p mounts (guest-init.sh)
 
 
 def load() -> str:
@@ -43,76 +43,55 @@ def summary(values: list[float]) -> str:
             f"spread {ordered[0]:.2f}-{ordered[-1]:.2f} s (n={len(ordered)})")
 
 
-def fresh_host(profile_name: str) -> tuple[EmulatedHost, float, float]:
-    """A host booted as a destructive test gets one; (host, s to guest ready, s to inventory)."""
+def fresh_host(profile_name: str, restoring: bool) -> tuple[EmulatedHost, float]:
+    """A fresh host as a destructive test gets one; (host, s from request to inventory complete)."""
     profile = load_profile(profile_name)
     requested = time.monotonic()
-    vm = EmulatedVM(profile, runtime_config=runtime_config_for(profile)).start()
-    ready = time.monotonic() - requested
-    host = EmulatedHost(vm, name=profile.name)
+    host = EmulatedHost(EmulatedVM(profile, runtime_config=runtime_config_for(profile)), name=profile.name)
+    if restoring:
+        start_from_saved(host)
+    else:
+        host.vm.start()
     host.settled_inventory(timeout_s=120)
-    return host, ready, time.monotonic() - requested
+    return host, time.monotonic() - requested
 
 
-def try_migration(host: EmulatedHost, target: Path) -> str:
-    """`migrate` to a file: QEMU's refusal, or how the migration ended."""
-    qmp = host.vm.qmp
-    try:
-        qmp.execute("migrate", {"uri": f"exec:cat > {target}"}, timeout_s=30)
-    except QmpError as exc:
-        return f"refused: {exc}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        status = qmp.execute("query-migrate", timeout_s=10)
-        if status.get("status") in ("completed", "failed", "cancelled"):
-            size = target.stat().st_size if target.exists() else 0
-            return f"{status['status']} {status.get('error-desc', '')} ({size / 2**20:.0f} MiB)".strip()
-        time.sleep(0.2)
-    return "still running after 60 s"
-
-
-def probe(profile_name: str) -> None:
-    host, _, _ = fresh_host(profile_name)
-    try:
-        with tempfile.TemporaryDirectory(prefix="hilc-migrate-") as folder:
-            print(f"  {profile_name}: migrate as booted: {try_migration(host, Path(folder) / 'a')}")
-            left = []
-            for share in SHARES:
-                done = host.shell(f"umount {share} 2>&1 || umount -l {share} 2>&1; mountpoint -q {share} "
-                                  "&& echo still-mounted || echo unmounted", timeout_s=30)
-                words = done.stdout.split()
-                left.append(f"{share}: {words[-1] if words else '?'}")
-            print(f"  {profile_name}: guest shares: {'; '.join(left)}")
-            print(f"  {profile_name}: migrate with them unmounted: {try_migration(host, Path(folder) / 'b')}")
-    finally:
+def measure(profile_name: str, hosts: int, restoring: bool) -> list[float]:
+    figures = []
+    for _ in range(hosts):
+        try:
+            host, took = fresh_host(profile_name, restoring)
+        except InfrastructureError as exc:
+            raise SystemExit(f"{profile_name}: a fresh host failed: {exc}") from None
         host.close()
+        figures.append(took)
+    return figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", action="append", help="repeatable (default: a100-stock and a100)")
-    parser.add_argument("--boots", type=int, default=5)
-    parser.add_argument("--no-probe", action="store_true", help="skip the migration probe")
+    parser.add_argument("--hosts", type=int, default=5, help="fresh hosts per way and profile")
     args = parser.parse_args()
     profiles = args.profile or ["a100-stock", "a100"]
-    print(f"hilconform fresh-host benchmark, QEMU {qemu_version()}, {os.cpu_count()} CPUs, "
-          f"load average {load()} at start")
+    print(f"hilconform fresh-host benchmark, {os.cpu_count()} CPUs, load average {load()} at start")
     for name in profiles:
-        ready, inventory = [], []
-        for _ in range(args.boots):
-            try:
-                host, to_ready, to_inventory = fresh_host(name)
-            except InfrastructureError as exc:
-                raise SystemExit(f"{name}: a boot failed: {exc}") from None
-            host.close()
-            ready.append(to_ready)
-            inventory.append(to_inventory)
-        print(f"emulated:{name} fresh host by boot (request -> runtime inventory complete): "
-              f"{summary(inventory)}; guest ready {summary(ready)}; load average {load()}")
-    if not args.no_probe:
-        print("migration to a file (the restore path a snapshot design would take):")
-        for name in profiles:
-            probe(name)
+        qemu = qemu_binary_for(load_profile(name))
+        print(f"emulated:{name} (QEMU {qemu_version(qemu)}):")
+        booted = measure(name, args.hosts, restoring=False)
+        print(f"  by boot:    {summary(booted)}; load average {load()}")
+        first, took_first = fresh_host(name, restoring=True)
+        first.close()
+        key = first.vm.configuration_key()
+        saved = vm_snapshot.saved_vms().get(key)
+        if saved is None:
+            print(f"  by restore: not restorable, a fresh host boots: {why_booted().get(key)}")
+            continue
+        print(f"  first host of its configuration: boot and save {took_first:.2f} s "
+              f"(stream {saved.size_bytes / 2**20:.0f} MiB)")
+        restored = measure(name, args.hosts, restoring=True)
+        print(f"  by restore: {summary(restored)}; load average {load()}")
+        print(f"  median {statistics.median(booted):.2f} s -> {statistics.median(restored):.2f} s")
     print(f"load average {load()} at end")
 
 

@@ -138,20 +138,22 @@ class EmulatedVM:
             argv.remove("-no-reboot")
         return argv
 
-    def configuration_key(self) -> str:
-        """What a saved VM must share with this one to stand in for its boot (vm_snapshot)."""
+    def configuration_key(self, runtime_config: str | None = None) -> str:
+        """What a saved VM must share with this one to stand in for its boot (vm_snapshot);
+        `runtime_config`: the key as if the VM had that runtime config instead of its own."""
         placeholder = InstanceLayout(Path("/instance"))
         argv = [arg.replace(str(self.layout.folder), "/instance") if self.layout else arg
                 for arg in self._argv(placeholder)]
+        files = self._guest_share_files(runtime_config or self.runtime_config)
         return vm_snapshot.configuration_key(
-            argv, {name: data for name, (data, _) in self._guest_share_files().items()},
+            argv, {name: data for name, (data, _) in files.items()},
             [self.image.kernel, self.image.initramfs, self.image.rootfs])
 
-    def _guest_share_files(self) -> dict[str, tuple[bytes, int]]:
+    def _guest_share_files(self, runtime_config: str | None) -> dict[str, tuple[bytes, int]]:
         """The run share's files at start: name -> (contents, mode)."""
         files: dict[str, tuple[bytes, int]] = {}
-        if self.runtime_config is not None:
-            files["runtime.toml"] = (self.runtime_config.encode(), 0o644)
+        if runtime_config is not None:
+            files["runtime.toml"] = (runtime_config.encode(), 0o644)
         if self.runtime_module:
             files["runtime.module"] = ((self.runtime_module + "\n").encode(), 0o644)
         drivers = guest_driver.share_text(self.profile)
@@ -164,7 +166,7 @@ class EmulatedVM:
     def _write_guest_share(self) -> None:
         share = self.layout.guest_share
         share.mkdir()
-        for name, (data, mode) in self._guest_share_files().items():
+        for name, (data, mode) in self._guest_share_files(self.runtime_config).items():
             target = share / name
             target.parent.mkdir(exist_ok=True)
             target.write_bytes(data)

@@ -55,11 +55,15 @@ class PluginEndpoint:
         return self._client.call(method, request, timeout=timeout_s)
 
     def start_watch(self, on_update: OnUpdate, on_end: OnEnd) -> None:
-        """Open ListAndWatch once; its reader thread reports every message and then the end."""
-        self._thread = threading.Thread(
-            target=self._watch, args=(on_update, on_end), name=f"lw:{self.resource}"[:15], daemon=True
-        )
-        self._thread.start()
+        """Open ListAndWatch once; its reader thread reports every message and then the end.
+
+        Started under the lock `close` takes: a registration that replaces this one (the plugin
+        registering again after its first Register timed out) joins a started thread or none."""
+        with self._lock:
+            self._thread = threading.Thread(
+                target=self._watch, args=(on_update, on_end), name=f"lw:{self.resource}"[:15], daemon=True
+            )
+            self._thread.start()
 
     def _watch(self, on_update: OnUpdate, on_end: OnEnd) -> None:
         reason = "the plugin ended the stream"
@@ -94,13 +98,14 @@ class PluginEndpoint:
             if self._closing is None:
                 self._closing = reason
             stream = self._stream
+            thread = self._thread
         if stream is not None:
             stream.cancel()
-        if self._thread is None:
+        if thread is None:
             self._close_channel()
-        elif self._thread is not threading.current_thread():
-            self._thread.join(join_s)
-            if self._thread.is_alive():
+        elif thread is not threading.current_thread():
+            thread.join(join_s)
+            if thread.is_alive():
                 _log.warning(
                     "ListAndWatch reader of %s still running %.0f s after close", self.resource, join_s
                 )

@@ -5,7 +5,8 @@ saved (the first of its configuration), and one restored from that save. All thr
 same ground truth (QEMU's query-pci), the same guest view (lspci with the config space's first
 bytes, the read-only root, the code run from tmpfs), and the same runtime state: every device with
 the same BDF, fingerprint, identity, states, info and pool membership; no lease, no holder. A
-restored guest's wall clock is the host's. On the stock host (QEMU 7.2's nvme cannot migrate) a
+restored guest's wall clock is the host's. A host with a changed runtime config is the profile's
+saved VM with its runtime restarted on the change. On the stock host (QEMU 7.2's nvme cannot migrate) a
 fresh host boots and the reason is QEMU's.
 """
 
@@ -30,9 +31,10 @@ GUEST_VIEW = ("lspci -D -n -xxxx;"  # every function and its whole config space
               " cat /proc/cmdline; ls /var/lib/kubelet; cat /run/hilconform/identities.json")
 
 
-def _host(profile_name: str, restoring: bool) -> EmulatedHost:
+def _host(profile_name: str, restoring: bool, overrides: dict | None = None) -> EmulatedHost:
     profile = load_profile(profile_name)
-    host = EmulatedHost(EmulatedVM(profile, runtime_config=runtime_config_for(profile)), name=profile.name)
+    host = EmulatedHost(EmulatedVM(profile, runtime_config=runtime_config_for(profile, overrides)),
+                        name=profile.name, _overrides=overrides)
     if restoring:
         start_from_saved(host)
     else:
@@ -91,14 +93,22 @@ def test_a_restored_model_host_is_the_host_a_boot_gives(own_saved_vms):
         assert _view(restored) == expected
         guest_now_ns = restored.vm.agent.call("guest-get-time")
         assert abs(guest_now_ns - time.time_ns()) < 2e9, "the restored guest's wall clock was not set"
-        # A change the guest must see goes through the agent into its copy of the run share.
-        restored.restart_runtime({"lease_ttl_s": 7.0})
-        config = restored.shell("cat /opt/hilconform/run/runtime.toml").stdout
-        assert "lease_ttl_s = 7.0" in config
-        restored.settled_inventory()
     finally:
         restored.close()
     print(f"restored host: request -> inventory complete {took_s:.2f} s")
+
+    # A host whose runtime config changes a key of the profile's: the profile's saved VM restored
+    # and its runtime restarted with the change, which reaches the guest through the agent.
+    changed = _host("a100", restoring=True, overrides={"lease_ttl_s": 7.0})
+    try:
+        assert changed.vm.made_by == "restore" and changed.runtime_overrides == {"lease_ttl_s": 7.0}
+        config = changed.shell("cat /opt/hilconform/run/runtime.toml").stdout
+        assert "lease_ttl_s = 7.0" in config
+        runtime = _quiet_inventory(changed)
+        assert [d["fingerprint"] for d in runtime] == [d["fingerprint"] for d in expected["runtime"]]
+        assert all(d["state"] == "HEALTHY" for d in runtime)
+    finally:
+        changed.close()
 
 
 def test_a_host_qemu_cannot_migrate_boots_and_qemu_says_why(own_saved_vms):

@@ -1,0 +1,102 @@
+"""Saved ready VMs (emulators/vm_snapshot.py) without a VM: what makes two VMs the same, what is
+never saved, the store's limit, and a device model's card carried across a save."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from hilconform.emulators import vm_snapshot
+from hilconform.emulators.vfio_user.device import ModelDevice
+from hilconform.emulators.vfio_user.model import load_model
+
+COMMAND, BAR0 = 0x04, 0x10
+
+
+def test_the_configuration_key_changes_with_the_command_line_the_share_and_the_boot_files(tmp_path):
+    kernel = tmp_path / "vmlinuz"
+    kernel.write_bytes(b"k")
+    key = vm_snapshot.configuration_key(["qemu", "-m", "512"], {"runtime.toml": b"a"}, [kernel])
+    assert key == vm_snapshot.configuration_key(["qemu", "-m", "512"], {"runtime.toml": b"a"}, [kernel])
+    assert key != vm_snapshot.configuration_key(["qemu", "-m", "1024"], {"runtime.toml": b"a"}, [kernel])
+    assert key != vm_snapshot.configuration_key(["qemu", "-m", "512"], {"runtime.toml": b"b"}, [kernel])
+    assert key != vm_snapshot.configuration_key(["qemu", "-m", "512"], {"runtime.module": b"a"}, [kernel])
+    kernel.write_bytes(b"a new kernel")
+    assert key != vm_snapshot.configuration_key(["qemu", "-m", "512"], {"runtime.toml": b"a"}, [kernel])
+
+
+class _Qmp:
+    def __init__(self, blocked: list[str]):
+        self.blocked = blocked
+
+    def execute(self, command, arguments=None, timeout_s=None):
+        assert command == "query-migrate"
+        return {"blocked-reasons": self.blocked} if self.blocked else {}
+
+
+def _vm(key: str, blocked: list[str] = ()):
+    return SimpleNamespace(configuration_key=lambda: key, qmp=_Qmp(list(blocked)))
+
+
+def test_a_vm_qemu_cannot_migrate_is_never_saved_and_qemus_reason_is_kept(monkeypatch):
+    monkeypatch.setattr(vm_snapshot, "save", lambda vm, stream: pytest.fail("tried to save"))
+    saved = vm_snapshot.SavedVMs()
+    assert saved.remember(_vm("k1", ["non-migratable device: 0000:00:10.0:00.0/nvme"])) is None
+    assert saved.get("k1") is None
+    assert saved.why_booted == {"k1": "non-migratable device: 0000:00:10.0:00.0/nvme"}
+    assert saved.remember(_vm("k1")) is None  # asked once per configuration
+
+
+def test_the_store_keeps_its_limit_and_removes_the_oldest_stream(monkeypatch, tmp_path):
+    def fake_save(vm, stream: Path):
+        stream.write_bytes(b"stream")
+        return vm_snapshot.SavedVM(vm.configuration_key(), stream, {}, "", 6)
+
+    monkeypatch.setattr(vm_snapshot, "save", fake_save)
+    saved = vm_snapshot.SavedVMs(limit=2)
+    monkeypatch.setattr(saved, "folder", lambda: tmp_path)
+    first = saved.remember(_vm("a" * 20))
+    saved.remember(_vm("b" * 20))
+    assert saved.remember(_vm("a" * 20)) is first  # saved once
+    saved.remember(_vm("c" * 20))
+    assert saved.get("a" * 20) is None and not first.stream.exists()
+    assert saved.get("b" * 20) and saved.get("c" * 20)
+
+
+def test_a_card_is_carried_across_a_save_and_outlives_qemus_first_reset():
+    model = load_model("a100-sxm4")
+    card = ModelDevice(model, "gpu0")
+    try:
+        card.region_write(7, BAR0, struct.pack("<I", 0xFB000000))  # the guest's configuration
+        card.region_write(7, COMMAND, struct.pack("<H", 0x0006))
+        card.registers.scratch = 0x1234
+        memfd_bar = next(bar.index for bar in model.bars if bar.backing == "memfd")
+        card.region_write(memfd_bar, 4096, b"guest data")
+        state = card.saved_state()
+    finally:
+        card.close()
+
+    restored = ModelDevice(model, "gpu0")
+    try:
+        restored.load_state(state)
+        restored.device_reset()  # QEMU's machine reset before it loads the stream
+        assert restored.region_read(7, BAR0, 4) == struct.pack("<I", 0xFB000000)
+        assert restored.config.memory_decoding and restored.registers.scratch == 0x1234
+        assert restored.region_read(memfd_bar, 4096, 10) == b"guest data"
+        restored.device_reset()  # a later reset is the guest's own: it clears the card
+        assert not restored.config.memory_decoding and restored.registers.scratch == 0
+    finally:
+        restored.close()
+
+
+def test_a_card_with_work_in_flight_or_a_fault_is_not_saved():
+    card = ModelDevice(load_model("a100-sxm4"), "gpu0")
+    try:
+        card.fall_off_bus()
+        with pytest.raises(ValueError, match="not saved"):
+            card.saved_state()
+    finally:
+        card.close()
