@@ -393,3 +393,24 @@ def test_a_plugin_that_does_not_answer_in_time_is_a_timeout_naming_the_call(kube
     finally:
         answer_now.set()
         plugin.stop()
+
+
+def test_an_endpoint_replaced_before_its_reader_starts_ends_once_with_the_reason(tmp_path):
+    """The plugin registers again while the stand-in still answers its first Register (which
+    timed out on the plugin's side): the first endpoint is closed before or while its
+    ListAndWatch reader starts, and must end with the reason, never crash Register."""
+    from hilconform.emulators.kubelet_stand_in.endpoint import PluginEndpoint
+
+    for close_first in (True, False):
+        endpoint = PluginEndpoint("example.com/gpu", str(tmp_path / "nobody.sock"), 1 << 20)
+        ended = []
+        done = threading.Event()
+        on_end = lambda ep, reason: (ended.append(reason), done.set())  # noqa: E731
+        if close_first:
+            endpoint.close("replaced by a new registration of the same resource")
+            endpoint.start_watch(lambda *a: None, on_end)
+        else:
+            endpoint.start_watch(lambda *a: None, on_end)
+            endpoint.close("replaced by a new registration of the same resource")
+        assert done.wait(10)
+        assert ended == ["replaced by a new registration of the same resource"]
