@@ -26,7 +26,12 @@ witness saw inside the window; the rebuilds together count each add once and the
 every device; each device's latency (its `device_add` returned on the host -> its
 `discovered` event received on the host, as DISC-02 measures one add), less the kernel's
 queueing behind the storm's other slots (how much later than its `device_add`'s own offset
-in the storm the kernel announced it), is within the profile's `hot_add_discovery_p95_ms`.
+in the storm the kernel announced it), is within the hot-add budget, judged as DISC-02 judges
+one add (fixtures/floor_judgement.py): where the profile sets `hot_add_discovery_over_floor_p95_ms`
+(emulated hosts) the runtime's own share (the kernel's add uevent -> its `discovered`, on the
+guest's clock) is judged, per device, and a test bed whose floor is over
+`hot_add_floor_limit_p95_ms` makes a late share inconclusive; otherwise (real hosts) the whole
+figure against `hot_add_discovery_p95_ms`.
 Native hot-plug is used whatever the run's default: ACPI hot-plug spreads the same adds over
 200-700 ms.
 """
@@ -39,7 +44,6 @@ import pytest
 from discovery_support import (
     GuestUeventWitness,
     bdf_in_slot,
-    budget,
     empty_slots,
     guest_quiet,
     ms_between,
@@ -50,6 +54,7 @@ from discovery_support import (
 )
 
 from hilconform.fixtures.errors import InfrastructureError
+from hilconform.fixtures.floor_judgement import FloorBudgets, judge_over_floor
 
 pytestmark = [pytest.mark.clause("DISC-04"), pytest.mark.destructive, pytest.mark.slow]
 
@@ -58,6 +63,9 @@ JUDGED_SPREAD_MS = 150.0  # adds the witness saw within this of the first must s
 MAX_ATTEMPTS = 5
 STORM_SPAN_MS = 120.0  # first device_add to last, spread evenly
 BATCH_TIMEOUT_S = 30.0
+HOT_ADD_BUDGETS = FloorBudgets(absolute="hot_add_discovery_p95_ms",  # DISC-02's, per device here
+                               share="hot_add_discovery_over_floor_p95_ms",
+                               floor_limit="hot_add_floor_limit_p95_ms")
 
 
 def _inject_storm(host, slots, attempt: int) -> dict[str, int]:
@@ -110,7 +118,6 @@ def test_a_storm_into_every_empty_slot_is_one_batch_each_discovered_in_time(host
     slots = empty_slots(host)
     if len(slots) < 2:
         pytest.skip(f"profile {host.profile.name} has fewer than two empty hot-plug slots")
-    budget_ms = budget(host, "hot_add_discovery_p95_ms")
     runtime = host.runtime
     wait_boot_self_checks(runtime)
     counts: list[int] = []
@@ -150,18 +157,13 @@ def test_a_storm_into_every_empty_slot_is_one_batch_each_discovered_in_time(host
         bdf: ms_between(returned[q], announced[bdf]["host_ns"]) for q, bdf in zip(qdev_ids, bdfs, strict=True)
     }
     judged = {bdf: latency[bdf] - queueing[bdf] for bdf in bdfs}
+    # The runtime's own share of each: the kernel's add uevent (the witness) -> its `discovered`
+    # event, both on the guest's clock; the rest of the judged latency is the test bed's floor.
+    shares = {bdf: announced[bdf]["ts_ns"] / 1e6 - kernel_ms[bdf] for bdf in bdfs}
     measurements.record("DISC-04", "storm_devices", [len(bdfs)], "devices")
     measurements.record("DISC-04", "storm_devices_within_window", [len(within)], "devices")
     measurements.record("DISC-04", "storm_kernel_queueing", list(queueing.values()), "ms")
     measurements.record("DISC-04", "storm_discovery_latency", list(latency.values()), "ms")
-    measurements.record(
-        "DISC-04",
-        "storm_discovery_latency_less_kernel_queueing",
-        list(judged.values()),
-        "ms",
-        budget=budget_ms,
-        budget_stat="max",
-    )
 
     rebuilds = [e["data"] for e in runtime.events(mark, "topology")]
     with_adds = [t for t in rebuilds if (t.get("actions") or {}).get("add")]
@@ -192,11 +194,9 @@ def test_a_storm_into_every_empty_slot_is_one_batch_each_discovered_in_time(host
     assert set(bdfs) <= set(with_adds[-1]["devices"]), (
         f"the storm's last rebuild lacks {sorted(set(bdfs) - set(with_adds[-1]['devices']))}: {context}"
     )
-    late = {bdf: round(ms) for bdf, ms in judged.items() if ms > budget_ms}
-    assert not late, (
-        f"{len(late)} of {len(bdfs)} devices of the storm discovered later than the hot-add budget "
-        f"{budget_ms:.0f} ms after their device_add (less the kernel's queueing behind the other "
-        f"slots): {late} (all: { {b: round(v) for b, v in judged.items()} }; kernel queueing: "
-        f"{ {b: round(v) for b, v in queueing.items()} })"
-    )
     assert runtime.violations == []
+    # Each device within the hot-add budget, judged as DISC-02 judges one add: over the floor
+    # where the profile says so (a loaded test bed is inconclusive, never a failure), else whole.
+    judge_over_floor(host, measurements, "DISC-04", "storm_discovery_latency_less_kernel_queueing",
+                     [judged[b] for b in bdfs], [judged[b] - shares[b] for b in bdfs], HOT_ADD_BUDGETS,
+                     stat="max")

@@ -405,7 +405,7 @@ def test_an_endpoint_replaced_before_its_reader_starts_ends_once_with_the_reason
         endpoint = PluginEndpoint("example.com/gpu", str(tmp_path / "nobody.sock"), 1 << 20)
         ended = []
         done = threading.Event()
-        on_end = lambda ep, reason: (ended.append(reason), done.set())  # noqa: E731
+        on_end = lambda ep, reason, ended=ended, done=done: (ended.append(reason), done.set())  # noqa: E731
         if close_first:
             endpoint.close("replaced by a new registration of the same resource")
             endpoint.start_watch(lambda *a: None, on_end)
