@@ -141,9 +141,7 @@ class EmulatedVM:
     def configuration_key(self, runtime_config: str | None = None) -> str:
         """What a saved VM must share with this one to stand in for its boot (vm_snapshot);
         `runtime_config`: the key as if the VM had that runtime config instead of its own."""
-        placeholder = InstanceLayout(Path("/instance"))
-        argv = [arg.replace(str(self.layout.folder), "/instance") if self.layout else arg
-                for arg in self._argv(placeholder)]
+        argv = self._argv(InstanceLayout(Path("/instance")))  # the same for every instance folder
         files = self._guest_share_files(runtime_config or self.runtime_config)
         return vm_snapshot.configuration_key(
             argv, {name: data for name, (data, _) in files.items()},
@@ -164,13 +162,15 @@ class EmulatedVM:
         return files
 
     def _write_guest_share(self) -> None:
-        share = self.layout.guest_share
-        share.mkdir()
+        self.layout.guest_share.mkdir()
         for name, (data, mode) in self._guest_share_files(self.runtime_config).items():
-            target = share / name
-            target.parent.mkdir(exist_ok=True)
-            target.write_bytes(data)
-            target.chmod(mode)
+            self._put_in_share(name, data, mode)
+
+    def _put_in_share(self, name: str, data: bytes, mode: int) -> None:
+        target = self.layout.guest_share / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        target.chmod(mode)
 
     def update_run_share(self, name: str, data: bytes, mode: int = 0o644) -> str:
         """Write `name` into the VM's run share and into the guest's copy of it; its guest path.
@@ -179,13 +179,15 @@ class EmulatedVM:
         blocks migration), so a change the guest must see now goes through the agent; the
         share keeps it for a reboot, which copies the share again.
         """
-        target = self.layout.guest_share / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        target.chmod(mode)
+        self._put_in_share(name, data, mode)
+        return self.copy_share_file_to_guest(name)
+
+    def copy_share_file_to_guest(self, name: str) -> str:
+        """Put the run share's file `name` (already there) into the guest's copy; its guest path."""
+        source = self.layout.guest_share / name
         guest_path = f"{GUEST_RUN_SHARE}/{name}"
         if self.agent is not None:
-            self.agent.write_file(guest_path, data, mode)
+            self.agent.write_file(guest_path, source.read_bytes(), source.stat().st_mode & 0o777)
         return guest_path
 
     def queue_backend(self, slot_name: str) -> NbdQueueBackend:

@@ -59,13 +59,13 @@ def migration_blockers(qmp) -> list[str]:
     return list(qmp.execute("query-migrate", timeout_s=10).get("blocked-reasons", []))
 
 
-def save(vm, stream: Path) -> SavedVM:
-    """Save the running `vm` into `stream` and let it run on; InfrastructureError if QEMU fails.
+def save(vm, key: str, stream: Path) -> SavedVM:
+    """Save the running `vm` (of configuration `key`) into `stream` and let it run on;
+    InfrastructureError if QEMU fails.
 
     The VM is paused for the save (the cards' state and the stream are taken at one moment)
     and continues afterwards: the VM saved is the VM the first test gets.
     """
-    key = vm.configuration_key()
     guest_registers = _model_registers(vm)
     vm.agent.shell(HOLD_RUNTIME.format("STOP"), timeout_s=20)
     vm.qmp.execute("stop")
@@ -146,19 +146,22 @@ class SavedVMs:
     def get(self, key: str) -> SavedVM | None:
         return self._saved.get(key)
 
-    def remember(self, vm) -> SavedVM | None:
-        """Save `vm` (just made ready) unless its configuration is saved or cannot be; the saved VM."""
-        key = vm.configuration_key()
-        if key in self._saved or key in self.why_booted:
-            return self._saved.get(key)
+    def blocked(self, vm, key: str) -> bool:
+        """Whether QEMU refuses to migrate `vm` (of configuration `key`); its reason is kept."""
         blockers = migration_blockers(vm.qmp)
         if blockers:
             self.why_booted[key] = "; ".join(blockers)
-            return None
+        return bool(blockers)
+
+    def remember(self, vm, key: str) -> SavedVM | None:
+        """Save `vm` (just made ready, of configuration `key`) unless that configuration is saved
+        or cannot be; the saved VM."""
+        if key in self._saved or key in self.why_booted or self.blocked(vm, key):
+            return self._saved.get(key)
         while len(self._saved) >= self.limit:
             oldest = next(iter(self._saved))
             self._saved.pop(oldest).stream.unlink(missing_ok=True)
-        saved = save(vm, self.folder() / f"{key[:16]}.stream")
+        saved = save(vm, key, self.folder() / f"{key[:16]}.stream")
         self._saved[key] = saved
         return saved
 

@@ -101,7 +101,8 @@ def test_an_emulated_restart_with_overrides_rewrites_the_guests_config(tmp_path)
     scripts, guest_files = [], {}
     host.vm.layout = SimpleNamespace(guest_share=tmp_path)
     host.vm.runtime_config = runtime_config_for(host.profile)
-    host.vm.update_run_share = functools.partial(EmulatedVM.update_run_share, host.vm)
+    for method in ("update_run_share", "_put_in_share", "copy_share_file_to_guest"):
+        setattr(host.vm, method, functools.partial(getattr(EmulatedVM, method), host.vm))
     host.vm.agent = SimpleNamespace(
         shell=lambda script, timeout_s: scripts.append(script) or SimpleNamespace(exit_code=0, stderr=""),
         write_file=lambda path, data, mode: guest_files.update({path: data}),

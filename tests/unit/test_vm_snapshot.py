@@ -37,31 +37,31 @@ class _Qmp:
         return {"blocked-reasons": self.blocked} if self.blocked else {}
 
 
-def _vm(key: str, blocked: list[str] = ()):
-    return SimpleNamespace(configuration_key=lambda: key, qmp=_Qmp(list(blocked)))
+def _vm(blocked: list[str] = ()):
+    return SimpleNamespace(qmp=_Qmp(list(blocked)))
 
 
 def test_a_vm_qemu_cannot_migrate_is_never_saved_and_qemus_reason_is_kept(monkeypatch):
-    monkeypatch.setattr(vm_snapshot, "save", lambda vm, stream: pytest.fail("tried to save"))
+    monkeypatch.setattr(vm_snapshot, "save", lambda vm, key, stream: pytest.fail("tried to save"))
     saved = vm_snapshot.SavedVMs()
-    assert saved.remember(_vm("k1", ["non-migratable device: 0000:00:10.0:00.0/nvme"])) is None
+    assert saved.remember(_vm(["non-migratable device: 0000:00:10.0:00.0/nvme"]), "k1") is None
     assert saved.get("k1") is None
     assert saved.why_booted == {"k1": "non-migratable device: 0000:00:10.0:00.0/nvme"}
-    assert saved.remember(_vm("k1")) is None  # asked once per configuration
+    assert saved.remember(_vm(), "k1") is None  # asked once per configuration
 
 
 def test_the_store_keeps_its_limit_and_removes_the_oldest_stream(monkeypatch, tmp_path):
-    def fake_save(vm, stream: Path):
+    def fake_save(vm, key: str, stream: Path):
         stream.write_bytes(b"stream")
-        return vm_snapshot.SavedVM(vm.configuration_key(), stream, {}, "", 6)
+        return vm_snapshot.SavedVM(key, stream, {}, "", 6)
 
     monkeypatch.setattr(vm_snapshot, "save", fake_save)
     saved = vm_snapshot.SavedVMs(limit=2)
     monkeypatch.setattr(saved, "folder", lambda: tmp_path)
-    first = saved.remember(_vm("a" * 20))
-    saved.remember(_vm("b" * 20))
-    assert saved.remember(_vm("a" * 20)) is first  # saved once
-    saved.remember(_vm("c" * 20))
+    first = saved.remember(_vm(), "a" * 20)
+    saved.remember(_vm(), "b" * 20)
+    assert saved.remember(_vm(), "a" * 20) is first  # saved once
+    saved.remember(_vm(), "c" * 20)
     assert saved.get("a" * 20) is None and not first.stream.exists()
     assert saved.get("b" * 20) and saved.get("c" * 20)
 

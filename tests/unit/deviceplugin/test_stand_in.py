@@ -7,6 +7,7 @@ import shutil
 import socket
 import tempfile
 import threading
+from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -414,3 +415,39 @@ def test_an_endpoint_replaced_before_its_reader_starts_ends_once_with_the_reason
             endpoint.close("replaced by a new registration of the same resource")
         assert done.wait(10)
         assert ended == ["replaced by a new registration of the same resource"]
+
+
+def test_a_close_racing_the_start_of_the_reader_never_joins_an_unstarted_thread(tmp_path, monkeypatch):
+    """The window the crash came from, made wide: the replacing registration's close() runs
+    between the reader thread's creation and its start. close() must wait for the start (or find
+    no thread) and never raises; the reader ends once."""
+    from hilconform.emulators.kubelet_stand_in import endpoint as endpoint_module
+
+    endpoint = endpoint_module.PluginEndpoint("example.com/gpu", str(tmp_path / "nobody.sock"), 1 << 20)
+    close_errors, ended, done = [], [], threading.Event()
+
+    def close_from_another_registration():
+        try:
+            endpoint.close("replaced by a new registration of the same resource")
+        except Exception as exc:  # the bug: RuntimeError("cannot join thread before it is started")
+            close_errors.append(exc)
+
+    real_thread = threading.Thread
+
+    closers = []
+
+    class ThreadClosedBeforeStart(real_thread):
+        def start(self):
+            closers.append(real_thread(target=close_from_another_registration))
+            closers[0].start()
+            closers[0].join(0.5)  # close() runs now, unless start_watch holds the lock it needs
+            super().start()
+
+    # Only the endpoint module sees the patched class (gRPC's own threads stay as they are).
+    monkeypatch.setattr(endpoint_module, "threading", SimpleNamespace(
+        Thread=ThreadClosedBeforeStart, current_thread=threading.current_thread, Lock=threading.Lock))
+    endpoint.start_watch(lambda *a: None, lambda ep, reason: (ended.append(reason), done.set()))
+    closers[0].join(10)
+    assert done.wait(10)
+    assert close_errors == []
+    assert len(ended) == 1  # the reader ended once (nobody serves the socket: its reason may be that)
