@@ -1,7 +1,8 @@
 """A host restored from a saved ready VM is, to the suites, the host a boot gives (issue 17).
 
-On the device-model host (a100, QEMU 11.1: migratable): one host booted plainly, one booted and
-saved (the first of its configuration), and one restored from that save. All three must show the
+On the device-model hosts (a100; mixed, with the U250 and T4 models; QEMU 11.1: migratable):
+one host booted plainly, one booted and saved (the first of its configuration), and one restored
+from that save. All three must show the
 same ground truth (QEMU's query-pci), the same guest view (lspci with the config space's first
 bytes, the read-only root, the code run from tmpfs), and the same runtime state: every device with
 the same BDF, fingerprint, identity, states, info and pool membership; no lease, no holder. A
@@ -69,15 +70,16 @@ def own_saved_vms(monkeypatch):
     saved.clear()
 
 
-def test_a_restored_model_host_is_the_host_a_boot_gives(own_saved_vms):
-    booted = _host("a100", restoring=False)
+@pytest.mark.parametrize("profile", ["a100", "mixed"])  # mixed: the Alveo U250 and T4 models
+def test_a_restored_model_host_is_the_host_a_boot_gives(own_saved_vms, profile):
+    booted = _host(profile, restoring=False)
     try:
         expected = _view(booted)
     finally:
         booted.close()
     assert expected["runtime"] and all(d["state"] == "HEALTHY" for d in expected["runtime"])
 
-    first = _host("a100", restoring=True)  # the first of its configuration: booted, then saved
+    first = _host(profile, restoring=True)  # the first of its configuration: booted, then saved
     try:
         assert first.vm.made_by == "boot" and why_booted() == {}
         assert _view(first) == expected  # the save left it as it was
@@ -85,7 +87,7 @@ def test_a_restored_model_host_is_the_host_a_boot_gives(own_saved_vms):
         first.close()
 
     requested = time.monotonic()
-    restored = _host("a100", restoring=True)
+    restored = _host(profile, restoring=True)
     try:
         restored.settled_inventory()
         took_s = time.monotonic() - requested
@@ -99,7 +101,7 @@ def test_a_restored_model_host_is_the_host_a_boot_gives(own_saved_vms):
 
     # A host whose runtime config changes a key of the profile's: the profile's saved VM restored
     # and its runtime restarted with the change, which reaches the guest through the agent.
-    changed = _host("a100", restoring=True, overrides={"lease_ttl_s": 7.0})
+    changed = _host(profile, restoring=True, overrides={"lease_ttl_s": 7.0})
     try:
         assert changed.vm.made_by == "restore" and changed.runtime_overrides == {"lease_ttl_s": 7.0}
         config = changed.shell("cat /opt/hilconform/run/runtime.toml").stdout
