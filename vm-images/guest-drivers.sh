@@ -9,6 +9,30 @@
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 log() { echo "hilconform-init: guest-drivers: $*" > /dev/console; }
 RULES=/run/udev/rules.d/70-hilconform-guest-drivers.rules
+SELF=$(readlink -f "$0")
+
+# True while the kernel still has a BAR of the card to place: its `add` uevent comes before the
+# hot-plug driver (acpiphp, pciehp) sizes the bridges and assigns the BARs, and an `enable` written
+# in that window fails ("BAR 0 ...: not claimed; can't enable device"). A placed BAR has a start;
+# one the kernel gave up on reads all zeros.
+unplaced_bar() {
+    while read -r start end _flags; do
+        [ "$start" = 0x0000000000000000 ] && [ "$end" != 0x0000000000000000 ] && return 0
+    done < "$1/resource"
+    return 1
+}
+
+# Wait (at most ~3 s) until `test DEV` is false.
+wait_while() {
+    tries=150
+    while "$1" "$2"; do
+        tries=$((tries - 1))
+        [ "$tries" -gt 0 ] || return 1
+        sleep 0.02
+    done
+}
+
+unbound() { [ ! -e "$1/driver" ]; }
 
 bind_one() {
     bdf=$1 driver=$2 dev=/sys/bus/pci/devices/$1
@@ -20,10 +44,15 @@ bind_one() {
         return 1
     fi
     # Memory decoding on, as the lab's stack has it once it opens the card: nothing enables a
-    # hot-added card, and with a driver bound the kernel refuses this write (EBUSY).
+    # hot-added card, and with a driver bound the kernel refuses this write (EBUSY). A hot-added
+    # card's BARs are placed only after its add uevent: wait for that first.
+    wait_while unplaced_bar "$dev" || log "$bdf: BARs still unplaced after 3 s"
     [ "$(cat "$dev/enable")" != 0 ] || echo 1 > "$dev/enable" || log "$bdf: enable failed"
     echo "$driver" > "$dev/driver_override"
+    # The kernel accepts drivers only once it has added the card (after its BARs are placed); it
+    # then binds the override itself, or drivers_probe does.
     echo "$bdf" > /sys/bus/pci/drivers_probe 2>/dev/null
+    wait_while unbound "$dev"
     if [ "$(basename "$(readlink "$dev/driver" 2>/dev/null)")" = "$driver" ]; then
         log "$bdf bound to $driver"
     else
@@ -43,11 +72,10 @@ setup() {
                 modprobe "$a" $b $c $rest || log "modprobe $a failed"
                 ;;
             bind)
-                # In udev itself (no program to start: the runtime hears of the card only after
-                # its rules ran), as bind_one does: decoding on, then the driver.
-                match="ACTION==\"add\", SUBSYSTEM==\"pci\", ATTR{vendor}==\"0x$a\", ATTR{device}==\"0x$b\", TEST!=\"driver\""
-                echo "$match, ATTR{enable}==\"0\", ATTR{enable}=\"1\"" >> "$RULES"
-                echo "$match, ATTR{driver_override}=\"$c\", ATTR{[drivers/pci:$c]bind}=\"\$kernel\"" >> "$RULES"
+                # bind_one from udev (the runtime hears of the card only after its rules ran):
+                # a program, not ATTR writes, because the add uevent comes before the BARs are
+                # placed and decoding can be turned on only between that and the driver binding.
+                echo "ACTION==\"add\", SUBSYSTEM==\"pci\", ATTR{vendor}==\"0x$a\", ATTR{device}==\"0x$b\", TEST!=\"driver\", RUN+=\"/bin/sh $SELF bind \$kernel $c\"" >> "$RULES"
                 binds="$binds $a:$b:$c"
                 ;;
             ''|'#'*) ;;
