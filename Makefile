@@ -40,7 +40,7 @@ test: setup setup-test venv image qemu-prefix
 # $(SELF_CHECK_OUT)/sensitivity.{md,json}; exit 0 all killed, 1 a survivor or the reference failed, 2 broken.
 SELF_CHECK_OUT ?= reports/self-check
 SELF_CHECK_HOST ?= emulated:a100-stock
-self-check: setup venv image
+self-check: setup venv image qemu-prefix
 	$(PY) -m hilconform.reports.self_check --full --host $(SELF_CHECK_HOST) --out $(SELF_CHECK_OUT)
 
 unit: venv

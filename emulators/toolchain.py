@@ -92,7 +92,19 @@ def vfio_user_qemu_binary() -> str:
 
 
 def qemu_binary_for(profile) -> str:
-    """The system QEMU for stock-device profiles; the vfio-user one if any slot holds a model."""
+    """The QEMU a host of `profile` runs on: one QEMU (>= 10.1) for every host where it is set up.
+
+    A profile with device models needs it (vfio-user). A stock-device profile gets it too, because
+    it can migrate nvme (QEMU 7.2 cannot), so such a host is restored from a saved ready VM instead
+    of booted (emulators/vm_snapshot.py), and Debian 12 runs what Debian 13 runs. A stock profile
+    falls back to the system QEMU where no such QEMU is set up, and takes the system one when
+    HILCONFORM_QEMU_SYSTEM_X86_64 names it.
+    """
     if getattr(profile, "uses_models", False):
         return vfio_user_qemu_binary()
-    return qemu_binary()
+    if os.environ.get("HILCONFORM_QEMU_SYSTEM_X86_64"):
+        return qemu_binary()
+    try:
+        return vfio_user_qemu_binary()
+    except ToolMissing:
+        return qemu_binary()

@@ -69,7 +69,7 @@ class EmulatedVM:
         # and the loopback port that reaches its port 22 (chosen at start).
         self.ssh_authorized_key = ssh_authorized_key
         self.ssh_port: int | None = None
-        # Stock-device profiles run on the system QEMU; a profile with device models needs vfio-user.
+        # One QEMU >= 10.1 for every host where it is set up (toolchain.qemu_binary_for).
         self.qemu_binary = qemu_binary_for(profile)
         self.qemu_version = qemu_version(self.qemu_binary)
         self.layout: InstanceLayout | None = None

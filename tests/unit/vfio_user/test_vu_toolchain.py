@@ -1,4 +1,5 @@
-"""Which QEMU a host gets: stock-device profiles the system's, model-based ones a vfio-user QEMU."""
+"""Which QEMU a host gets: the project's (>= 10.1, vfio-user) for every profile where it is set up;
+a stock-device profile falls back to the system's."""
 
 import pytest
 
@@ -10,10 +11,38 @@ from hilconform.emulators.toolchain import qemu_binary, qemu_binary_for
 from hilconform.emulators.vfio_user.model import load_model, window_reserve
 
 
-def test_stock_profiles_keep_the_system_qemu():
+def _fake_qemu(path, version: str, vfio_user: bool):
+    """A qemu-system-x86_64 stand-in answering --version and `-device vfio-user-pci,help`."""
+    help_text = "vfio-user-pci options:\n  socket=<SocketAddress>" if vfio_user else ""
+    path.write_text(f"#!/bin/sh\n[ \"$1\" = --version ] && echo 'QEMU emulator version {version}' && exit 0\n"
+                    f"[ -n \"{help_text}\" ] || exit 1\necho \"{help_text}\"\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_stock_profiles_run_on_the_project_qemu_when_it_is_set_up(monkeypatch, tmp_path):
+    new = _fake_qemu(tmp_path / "qemu-system-x86_64", "11.1.3", vfio_user=True)
+    monkeypatch.setenv("HILCONFORM_QEMU_VFIO_USER", new)
+    monkeypatch.delenv("HILCONFORM_QEMU_SYSTEM_X86_64", raising=False)
     profile = load_profile("a100-stock")
     assert not profile.uses_models
-    assert qemu_binary_for(profile) == qemu_binary()
+    assert qemu_binary_for(profile) == new
+
+
+def test_stock_profiles_fall_back_to_the_system_qemu_without_one(monkeypatch, tmp_path):
+    old = _fake_qemu(tmp_path / "qemu-system-x86_64", "7.2.22", vfio_user=False)
+    monkeypatch.setenv("HILCONFORM_QEMU_VFIO_USER", old)
+    monkeypatch.delenv("HILCONFORM_QEMU_SYSTEM_X86_64", raising=False)
+    assert qemu_binary_for(load_profile("a100-stock")) == qemu_binary()
+
+
+def test_a_named_system_qemu_is_what_stock_profiles_get(monkeypatch, tmp_path):
+    new = _fake_qemu(tmp_path / "new", "11.1.3", vfio_user=True)
+    named = _fake_qemu(tmp_path / "named", "7.2.22", vfio_user=False)
+    monkeypatch.setenv("HILCONFORM_QEMU_VFIO_USER", new)
+    monkeypatch.setenv("HILCONFORM_QEMU_SYSTEM_X86_64", named)
+    assert qemu_binary_for(load_profile("a100-stock")) == named
+    assert qemu_binary_for(load_profile("a100")) == new
 
 
 def test_model_profiles_know_they_need_models():
