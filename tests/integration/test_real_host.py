@@ -200,7 +200,8 @@ def test_a_third_party_plugin_is_certified_through_a_private_mount_namespace(sta
     done = run_suites(stand_in, "suites/deviceplugin/test_dp02_inventory.py",
                       "suites/deviceplugin/test_dp08_kubelet_restart.py", "--allow-destructive",
                       "--device-plugin", f"{NAIVE_PLUGIN} hilconform.io/nvme 1b36:0010",
-                      "--device-plugin-resource", "hilconform.io/nvme=1b36:0010", f"--junitxml={junit}")
+                      "--device-plugin-resource", "hilconform.io/nvme=1b36:0010", f"--junitxml={junit}",
+                      "--real-journal", str(tmp_path / "journal.jsonl"))
     assert done.returncode == 1, outcome(done)
     assert junit_counts(junit) == {"tests": 2, "failures": 1, "errors": 0, "skipped": 0}, outcome(done)
     assert passed_tests(junit) == {"test_advertised_devices_are_the_managed_ones_healthy_with_stable_ids"}

@@ -31,7 +31,8 @@ def model_stand_in(tmp_path_factory) -> StandInHost:
 
 def _run_aer02(host: StandInHost, tmp_path: Path, *extra: str) -> tuple[dict, str]:
     junit = tmp_path / "junit.xml"
-    done = run_suites(host, AER02, "--allow-destructive", f"--junitxml={junit}", *extra, profile="a100")
+    done = run_suites(host, AER02, "--allow-destructive", f"--junitxml={junit}",
+                      "--real-journal", str(tmp_path / "journal.jsonl"), *extra, profile="a100")
     root = ElementTree.parse(junit).getroot()
     suite = root if root.tag == "testsuite" else root.find("testsuite")
     counts = {k: int(suite.get(k)) for k in ("tests", "failures", "errors", "skipped")}
