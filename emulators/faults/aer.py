@@ -70,7 +70,9 @@ class AerFaults(FaultsBase):
         reply = self._hmp(fault, target, command)
         injected_ns = time.monotonic_ns()
         if not reply.startswith("OK id:"):
-            raise FaultError(f"{fault} at {target}: QEMU refused `{command}`: {reply.strip()}")
+            # QEMU 7.2 replies with the bare reason; later ones put "Error: " before it.
+            reason = reply.strip().removeprefix("Error: ")
+            raise FaultError(f"{fault} at {target}: QEMU refused `{command}`: {reason}")
 
         def counted():
             after = self._aer_counters(port)

@@ -91,9 +91,9 @@ def test_passing_run_exits_0_with_the_four_artifacts(tmp_path):
         "certified_host": "emulated:a100-stock",
         "profile": "a100-stock",
     } == _labels(result)
-    disc01 = (result, results["test_boot_inventory_matches_the_node_kernel"])  # the first to run waits
-    assert any(s.startswith("wait for runtime event inventory_complete")
-               for r in disc01 for s in _steps(r.get("steps", [])))
+    # DISC-01 records no step of its own: the worker's host is handed over with its cold discovery
+    # complete (saved once ready, docs/emulated-hosts.md), so nothing is waited for. The steps the
+    # fixtures record are checked on the removal test.
     removal = _steps(results["test_orderly_removal_by_request"]["steps"])
     assert any(s.startswith("fault: hot_add(") for s in removal), removal
     assert _labels(results["test_orderly_removal_by_request"])["epic"] == "hotplug"

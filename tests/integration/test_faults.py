@@ -152,7 +152,13 @@ def test_stall_resume_after_thaws_a_vm_frozen_by_resetting_the_stuck_device(faul
     assert stall.resumed_ns - stall.record.verified_ns >= 1.9e9
     assert faults.resume_queue("gpu1").details["resumed_by"] == "timer"
     assert stall.probe_job.wait(10).ok
-    _read_ok(native_vm, stall.record.details["device"])
+    # The VM is thawed: QEMU and the guest answer again.
+    assert native_vm.qmp.execute("query-status")["status"] == "running"
+    assert native_vm.agent.run(["true"], timeout_s=10).exit_code == 0
+    # Whether the nvme serves I/O after that reset is QEMU's behaviour, not the injector's: 7.2's
+    # does; 11.1.3's never completes a request again (the guest's nvme driver times out, aborts
+    # and resets it every 30 s), so a stall that meets a reset leaves that stand-in unusable there
+    # (docs/faults.md). This test's slot is not read again.
 
 
 def test_slow_queue_then_full_speed(faults, native_vm):
