@@ -13,7 +13,13 @@ both runs exit 0, DISC-01..06 pass in both (3.3 and 3.6 min), 0 flips.
 With restored fresh hosts (2026-12-02 14:17-14:50 UTC, --runs 3, whole certify of emulated:a100,
 7 hogs, load 6.06 -> 10.72): runs of 9.4, 8.9 and 7.5 min; 34 clauses, 1 flipped: DISC-04 failed
 in run 1 (a storm device 833 ms after its device_add against 750 ms, judged whole) and passed in
-runs 2 and 3. DISC-04 has since been judged over the floor as DISC-02 is; not yet re-run loaded.
+runs 2 and 3. DISC-04 has since been judged over the floor as DISC-02 is.
+After that (2026-12-02 17:13-18:00 UTC, --runs 5, whole certify of emulated:a100, 7 hogs, load
+6.08 -> 9.94): runs of 7.5, 7.2, 6.9, 6.6 and 7.7 min, 34 clauses, DISC-04 and every timed clause
+passed in all 5; 1 flip: LIFE-02 failed in run 2, a test race, not a judgement (the test read a
+device's record right after releasing its lease, while the runtime's release checkpoint still
+held it RELEASED for ~200 ms); the test now waits for the device to leave RELEASED. Mutants
+under load: not run in that session.
 Target (issue 17): 0 flips in 5 consecutive runs of `hilconform certify --host emulated:a100` at
 load average >= 6; every mutant still killed.
 Usage: benchmarks/loaded_gate.py [--host emulated:a100] [--runs 5] [--load 6] [--suite AREA ...]

@@ -93,7 +93,15 @@ def test_hot_added_device_joins_the_pool_after_its_self_check(host):
         granted = next(e for e in runtime.events(mark, "lease") if e["data"]["lease"] == early["lease"])
         assert granted["seq"] > healthy[0]["seq"], (
             f"{added.bdf} was allocated ({early['lease']}) before it went HEALTHY")
+        released = runtime.mark()
         runtime.call("release", {"lease": early["lease"]})
+        # Back in the pool only once its release checkpoint passed (RELEASED -> HEALTHY, or
+        # DEGRADED, which the record check below fails); read before that, the record says
+        # RELEASED (seen once at load 9.5).
+        runtime.wait_event("transition", released, 10,
+                           match=lambda d: d["device"] == added.bdf and d["view"] == "health"
+                           and d["from"] == "RELEASED",
+                           what=f"{added.bdf} leaving RELEASED")
 
     record = runtime.call("device", {"device": added.bdf})
     assert (record["state"], record["in_pool"]) == ("HEALTHY", True), record
