@@ -19,7 +19,10 @@ After that (2026-12-02 17:13-18:00 UTC, --runs 5, whole certify of emulated:a100
 passed in all 5; 1 flip: LIFE-02 failed in run 2, a test race, not a judgement (the test read a
 device's record right after releasing its lease, while the runtime's release checkpoint still
 held it RELEASED for ~200 ms); the test now waits for the device to leave RELEASED. Mutants
-under load: not run in that session.
+under load (--runs 0 --mutant ..., 18:01-18:08 UTC, load 6.04 -> 8.35): the timed ones,
+slow_discovery (DISC-02), cold_start_settle (DISC-03), storm_drops_events (DISC-04),
+drain_timeout_3s (HP-03), reset_without_budget (RST-02), late_renewals_dropped and
+leases_never_expire (LIFE-04), dp_slow_registration (DP-01): all 8 killed.
 Target (issue 17): 0 flips in 5 consecutive runs of `hilconform certify --host emulated:a100` at
 load average >= 6; every mutant still killed.
 Usage: benchmarks/loaded_gate.py [--host emulated:a100] [--runs 5] [--load 6] [--suite AREA ...]
