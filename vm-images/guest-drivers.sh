@@ -9,7 +9,6 @@
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 log() { echo "hilconform-init: guest-drivers: $*" > /dev/console; }
 RULES=/run/udev/rules.d/70-hilconform-guest-drivers.rules
-SELF=$(readlink -f "$0")
 
 # True while the kernel still has a BAR of the card to place: its `add` uevent comes before the
 # hot-plug driver (acpiphp, pciehp) sizes the bridges and assigns the BARs, and an `enable` written
@@ -22,7 +21,7 @@ unplaced_bar() {
     return 1
 }
 
-# Wait (at most ~3 s) until `test DEV` is false.
+# Wait (at most ~3 s) while the check `$1` holds for the device folder `$2`.
 wait_while() {
     tries=150
     while "$1" "$2"; do
@@ -62,6 +61,7 @@ bind_one() {
 }
 
 setup() {
+    self=$(readlink -f "$0")  # what the udev rule runs for each hot-added card
     mkdir -p "$(dirname "$RULES")"
     : > "$RULES"
     binds=
@@ -75,7 +75,7 @@ setup() {
                 # bind_one from udev (the runtime hears of the card only after its rules ran):
                 # a program, not ATTR writes, because the add uevent comes before the BARs are
                 # placed and decoding can be turned on only between that and the driver binding.
-                echo "ACTION==\"add\", SUBSYSTEM==\"pci\", ATTR{vendor}==\"0x$a\", ATTR{device}==\"0x$b\", TEST!=\"driver\", RUN+=\"/bin/sh $SELF bind \$kernel $c\"" >> "$RULES"
+                echo "ACTION==\"add\", SUBSYSTEM==\"pci\", ATTR{vendor}==\"0x$a\", ATTR{device}==\"0x$b\", TEST!=\"driver\", RUN+=\"/bin/sh $self bind \$kernel $c\"" >> "$RULES"
                 binds="$binds $a:$b:$c"
                 ;;
             ''|'#'*) ;;
