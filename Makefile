@@ -31,9 +31,12 @@ certify: setup venv image qemu-prefix
 		rc=$$?; if [ $$rc = 1 ] || { [ $$rc != 0 ] && [ $$worst = 0 ]; }; then worst=$$rc; fi; \
 	done; exit $$worst
 
+# --dist worksteal: a worker that runs out of tests takes half of the other's queue (the default
+# `load` hands out tests ahead, and one worker was left idle for minutes behind the other's long ones).
+XDIST := -n 2 --dist worksteal
 test: setup setup-test venv image qemu-prefix
-	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
-	$(if $(strip $(STOCK_HOST)),$(PY) -m pytest suites -n 2 --host $(STOCK_HOST) $(PYTEST_ARGS))
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
+	$(if $(strip $(STOCK_HOST)),$(PY) -m pytest suites $(XDIST) --host $(STOCK_HOST) $(PYTEST_ARGS))
 
 # Suite sensitivity (issue 6, docs/sensitivity.md): every mutant runtime of tests/mutants/ against the
 # tests that must catch it, and the reference runtime on the same selection. Writes

@@ -55,6 +55,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="records kept per (resource, kind); older ones are dropped and counted",
     )
     parser.add_argument("--records-max-bytes", type=int, default=64 << 20, help="record JSON kept in all")
+    parser.add_argument("--journal", metavar="PATH",
+                        help="also append every record to PATH as a JSON line (at most --records-max-bytes)")
     parser.add_argument("--verbose", action="store_true", help="log every registration and stream end")
     args = parser.parse_args(argv)
     if args.control != "stdio" and not args.control.startswith("unix:"):
@@ -69,7 +71,12 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="kubelet-stand-in: %(message)s",
     )
-    records = RecordStore(per_stream=args.records_per_stream, max_bytes=args.records_max_bytes)
+    try:
+        records = RecordStore(per_stream=args.records_per_stream, max_bytes=args.records_max_bytes,
+                              journal=args.journal, journal_max_bytes=args.records_max_bytes)
+    except OSError as exc:
+        print(f"kubelet-stand-in: cannot write the journal {args.journal}: {exc}", file=sys.stderr)
+        return 2
     stand_in = KubeletStandIn(
         args.plugin_dir,
         records,
@@ -113,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     stand_in.stop("stand-in stopped")
     if unix_server is not None:
         unix_server.close()
+    records.close()
     return 0
 
 

@@ -12,6 +12,11 @@ first; at most ``max_bytes`` of record JSON in all, the stream that holds the mo
 up its oldest first; at most ``max_streams`` streams, records of further ones sharing one
 overflow stream. Every record given up is counted, per stream, and ``dropped()`` says so.
 Records are stored as their JSON text: compact, and its length is what the bound counts.
+
+The journal (optional): every record also appended, as one JSON line, to a file a reader on the
+node can follow with `tail` alone, where asking the control socket costs an interpreter start
+(about 1 s under TCG). It is bounded too: past ``journal_max_bytes`` one last line
+``{"journal_full": true, "last_seq": N}`` says that records after N are only in the store.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+import os
 import threading
 import time
 from collections import deque
@@ -41,7 +47,8 @@ class _Stream:
 
 
 class RecordStore:
-    def __init__(self, per_stream: int = 1000, max_bytes: int = 64 << 20, max_streams: int = 256):
+    def __init__(self, per_stream: int = 1000, max_bytes: int = 64 << 20, max_streams: int = 256,
+                 journal: str | None = None, journal_max_bytes: int = 64 << 20):
         self.per_stream = per_stream
         self.max_bytes = max_bytes
         self.max_streams = max_streams
@@ -51,6 +58,9 @@ class RecordStore:
         self._last_seq = 0
         self._lock = threading.Lock()
         self._grown = threading.Condition(self._lock)
+        self._journal_fd = None if journal is None else os.open(
+            journal, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self._journal_left = journal_max_bytes
 
     def add(
         self, kind: str, resource: str = "", message: dict | None = None, ts_ns: int | None = None, **extra
@@ -78,8 +88,29 @@ class RecordStore:
             while self._bytes > self.max_bytes:
                 fattest = max(self._streams.values(), key=lambda s: s.bytes)
                 self._bytes -= fattest.drop_oldest()
+            self._journal_line(text, record["seq"])
             self._grown.notify_all()
         return record
+
+    def _journal_line(self, text: str, seq: int) -> None:
+        """Append one record to the journal (lock held); past its bound, the closing line."""
+        if self._journal_fd is None:
+            return
+        line = (text + "\n").encode()
+        if len(line) > self._journal_left:
+            line = (json.dumps({"journal_full": True, "last_seq": seq - 1}) + "\n").encode()
+            os.write(self._journal_fd, line)
+            os.close(self._journal_fd)
+            self._journal_fd = None
+            return
+        os.write(self._journal_fd, line)
+        self._journal_left -= len(line)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._journal_fd is not None:
+                os.close(self._journal_fd)
+                self._journal_fd = None
 
     def wait_past(self, seq: int, timeout_s: float) -> bool:
         """Wait (up to ``timeout_s``) until a record numbered above ``seq`` exists; whether one does."""

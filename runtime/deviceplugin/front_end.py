@@ -60,6 +60,10 @@ def device_health(dev) -> str:
     return HEALTHY if dev.states.health in USABLE_STATES and not busy else UNHEALTHY
 
 
+class KubeletAbsent(FileNotFoundError):
+    """No kubelet socket in the plugin directory (yet): registering waits for one."""
+
+
 class Endpoint:
     """One resource: its plugin server, its registration, and the streams it feeds."""
 
@@ -92,10 +96,18 @@ class Endpoint:
             self.server = None
 
     def register(self) -> None:
+        """Register with the kubelet. Its socket is looked for first (no kubelet: nothing to wait
+        for, the loop looks again); once it answers, the kubelet has removed the old sockets (it
+        does that before it listens), so a socket of ours gone by then is served again before the
+        kubelet is told to dial it (else its first dial fails and waits out gRPC's back-off)."""
         kubelet = os.path.join(self.front_end.plugin_dir, KUBELET_SOCKET_NAME)
+        if not os.path.exists(kubelet):
+            raise KubeletAbsent(kubelet)
         channel = unix_channel(kubelet, MAX_MESSAGE_BYTES)
         try:
             wait_ready(channel, REGISTER_TIMEOUT_S, f"the kubelet at {kubelet}")
+            if not os.path.exists(self.path):
+                self.serve()
             RegistrationClient(channel).register(
                 RegisterRequest(version=VERSION, endpoint=self.socket_name, resource_name=self.resource,
                                 options=self.options()),
@@ -264,6 +276,8 @@ class DevicePluginFrontEnd:
                         endpoint.serve()
                     if not endpoint.registered:
                         endpoint.register()
+                except KubeletAbsent:
+                    pass  # looked for again in WATCH_S
                 except (OSError, TimeoutError, grpc.RpcError) as exc:
                     _log.info("device plugin %s: not registered yet: %s", endpoint.resource, exc)
                     self._stop.wait(RETRY_S)

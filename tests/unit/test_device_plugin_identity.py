@@ -78,13 +78,21 @@ def test_the_reference_front_end_is_named_with_the_resources_of_the_hosts_it_ser
 
 
 class _StandInShell:
-    """A node shell whose stand-in answers every `records` request with `records`, in one page."""
+    """A node shell whose stand-in journal holds `records` (as its JSON lines, plus `tail`, e.g.
+    a line still being written) and whose control answers every `records` request with
+    `asked`, in one page."""
 
-    def __init__(self, records: list[dict]):
-        self.records = records
+    def __init__(self, records: list[dict], tail: str = "", asked: list[dict] = ()):
+        self.journal = "".join(json.dumps(r) + "\n" for r in records) + tail
+        self.asked = list(asked)
+        self.commands: list[str] = []
 
     def shell(self, command: str, timeout_s: float = 60.0):
-        page = {"records": self.records, "more": False, "last_seq": len(self.records)}
+        self.commands.append(command)
+        if command.startswith("tail -c +"):
+            offset = int(command.split()[2][1:]) - 1
+            return SimpleNamespace(exit_code=0, stdout=self.journal[offset:], stderr="")
+        page = {"records": self.asked, "more": False, "last_seq": len(self.asked)}
         return SimpleNamespace(exit_code=0, stdout=json.dumps({"result": page}), stderr="")
 
 
@@ -128,3 +136,27 @@ def test_the_plugin_choice_keeps_the_versions_its_kubelet_saw(monkeypatch):
     assert choice.identity()["resources"] == [
         {"name": "hilconform.io/nvidia-a100-sxm4-40gb", "device_ids": ["1b36:0010"]}
     ]
+
+
+def test_records_come_from_the_journal_a_line_being_written_waits_and_none_is_read_twice():
+    first, second = _register_request(1, "v1beta1"), _register_request(2, "v1beta1")
+    half = json.dumps(second)[:20]
+    node = _StandInShell([first], tail=half)
+    kubelet = NodeKubelet(node, GUEST_SITE)
+    assert [r["seq"] for r in kubelet.records(0)] == [1]
+    node.journal = node.journal[: -len(half)] + json.dumps(second) + "\n"
+    assert [r["seq"] for r in kubelet.records(0)] == [1, 2]
+    assert [r["seq"] for r in kubelet.records(1)] == [2]
+    assert kubelet.last_seq() == 2
+    assert not any("kubelet_stand_in.ask" in c for c in node.commands), "no interpreter was asked"
+    assert node.commands[-1].startswith(f"tail -c +{len(node.journal) + 1} ")
+
+
+def test_past_a_full_journal_the_records_are_asked_for():
+    journaled = [_register_request(1, "v1beta1")]
+    later = [{"seq": 2, "ts_ns": 2, "kind": "options", "resource": "example.com/gpu", "message": {}}]
+    node = _StandInShell(journaled, tail=json.dumps({"journal_full": True, "last_seq": 1}) + "\n",
+                         asked=later)
+    kubelet = NodeKubelet(node, GUEST_SITE)
+    assert [r["seq"] for r in kubelet.records(0)] == [1, 2]
+    assert any("kubelet_stand_in.ask" in c for c in node.commands)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 from hilconform.emulators.kubelet_stand_in.records import OVERFLOW, RecordStore
@@ -61,3 +62,17 @@ def test_an_enormous_resource_name_is_cut_in_the_record():
     store = RecordStore()
     record = store.add("register_refused", "x" * 100_000, reason="r")
     assert len(record["resource"]) < 600 and record["resource"].endswith("(+99488 characters)")
+
+
+def test_the_journal_holds_every_record_as_a_line_then_says_where_it_stopped(tmp_path):
+    path = tmp_path / "journal.jsonl"
+    store = RecordStore(per_stream=2, journal=str(path), journal_max_bytes=400)
+    for i in range(10):
+        store.add("list_and_watch", "example.com/gpu", {"devices": [], "n": i})
+    store.close()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    *records, last = lines
+    assert [r["seq"] for r in records] == list(range(1, len(records) + 1))
+    assert len(records) > 2, "the journal keeps what the store's per-stream bound gives up"
+    assert last == {"journal_full": True, "last_seq": len(records)}
+    assert path.stat().st_size <= 400 + len(json.dumps(last)) + 1
