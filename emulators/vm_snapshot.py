@@ -15,6 +15,13 @@ virtualised registers of such a device (BARs, command register) come back at the
 values, so the guest's values are read before the save and written back in the restored guest
 (setpci) while the runtime is held (SIGSTOP, then SIGCONT): it never sees them missing.
 
+Shared by a run's processes: a process that calls `share_saved_vms()` (the pytest plugin's
+controller does) names a folder in HILCONFORM_SAVED_VMS, which every process it starts inherits
+(pytest-xdist workers, the pytest runs of a certify or a self-check inside make test): a VM one
+of them saved, the others restore instead of booting it again (one boot per configuration and
+run, not per worker and process). A save there is published whole or not at all (the stream,
+then its description renamed into place); past SHARED_MAX_BYTES saves stay private.
+
 Only a VM whose QEMU lets it migrate is saved: QEMU names the devices that block it
 (`query-migrate`'s `blocked-reasons`; QEMU's nvme, the stock stand-in, is one); such a
 configuration keeps booting, and `SavedVMs.why_booted` says why.
@@ -25,6 +32,8 @@ from __future__ import annotations
 import atexit
 import hashlib
 import json
+import os
+import pickle
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +43,10 @@ from .errors import InfrastructureError
 from .pci_inventory import function_below, query_pci
 
 SAVE_TIMEOUT_S = 60.0
-MAX_SAVED = 4  # streams kept per process (~120 MiB each); the oldest goes first
+MAX_SAVED = 4  # private streams kept per process (~120 MiB each); the oldest goes first
+SHARED_ENV = "HILCONFORM_SAVED_VMS"  # the folder a run's processes share saved VMs in
+SHARED_MAX_BYTES = 4 << 30  # streams in that folder, at most
+SHARED_SUFFIX = ".saved"  # a published SavedVM's description (its stream beside it)
 
 
 @dataclass(frozen=True)
@@ -135,16 +147,21 @@ def load(vm, saved: SavedVM, timeout_s: float) -> None:
 
 
 class SavedVMs:
-    """This process's saved VMs, by configuration; their streams in one instance folder."""
+    """The saved VMs this process can restore, by configuration: its own (streams in one instance
+    folder, at most `limit`) and those published in the `shared` folder by any process of the run."""
 
-    def __init__(self, limit: int = MAX_SAVED):
+    def __init__(self, limit: int = MAX_SAVED, shared: Path | None = None):
         self.limit = limit
+        self.shared = shared
         self._saved: dict[str, SavedVM] = {}
         self.why_booted: dict[str, str] = {}  # configuration key -> why it is not saved
         self._folder: Path | None = None
 
     def get(self, key: str) -> SavedVM | None:
-        return self._saved.get(key)
+        saved = self._saved.get(key)
+        if saved is None and self.shared is not None:
+            saved = _read_published(self.shared, key)
+        return saved
 
     def blocked(self, vm, key: str) -> bool:
         """Whether QEMU refuses to migrate `vm` (of configuration `key`); its reason is kept."""
@@ -156,8 +173,13 @@ class SavedVMs:
     def remember(self, vm, key: str) -> SavedVM | None:
         """Save `vm` (just made ready, of configuration `key`) unless that configuration is saved
         or cannot be; the saved VM."""
-        if key in self._saved or key in self.why_booted or self.blocked(vm, key):
-            return self._saved.get(key)
+        known = self.get(key)
+        if known is not None or key in self.why_booted or self.blocked(vm, key):
+            return known
+        if self.shared is not None and _stream_bytes(self.shared) < SHARED_MAX_BYTES:
+            saved = save(vm, key, self.shared / f"{key[:32]}-{os.getpid()}.stream")
+            _publish(self.shared, saved)
+            return saved
         while len(self._saved) >= self.limit:
             oldest = next(iter(self._saved))
             self._saved.pop(oldest).stream.unlink(missing_ok=True)
@@ -177,6 +199,50 @@ class SavedVMs:
             self._folder = None
 
 
+def _publish(folder: Path, saved: SavedVM) -> None:
+    """Make `saved` (its stream already in `folder`) visible to the run's other processes."""
+    description = folder / (saved.key + SHARED_SUFFIX)
+    partial = description.with_name(f"{description.name}.{os.getpid()}.partial")
+    partial.write_bytes(pickle.dumps(saved))
+    os.replace(partial, description)  # a reader sees all of it or nothing
+
+
+def _read_published(folder: Path, key: str) -> SavedVM | None:
+    """The SavedVM some process of the run published for `key`, if any (our own files only:
+    the folder is private to the run, made by share_saved_vms)."""
+    try:
+        saved = pickle.loads((folder / (key + SHARED_SUFFIX)).read_bytes())
+    except FileNotFoundError:
+        return None
+    if not isinstance(saved, SavedVM) or saved.key != key or not saved.stream.exists():
+        raise InfrastructureError(f"the shared saved VM {folder / (key + SHARED_SUFFIX)} is not one")
+    return saved
+
+
+def _stream_bytes(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.glob("*.stream"))
+
+
+def share_saved_vms() -> Path | None:
+    """Start sharing saved VMs with every process this one starts from now on (HILCONFORM_SAVED_VMS);
+    the folder, for stop_sharing, or None where this process already shares its parent's."""
+    global _process_saved
+    if os.environ.get(SHARED_ENV):
+        return None
+    folder = instance_dir.make_instance_dir("shared-saved")
+    folder.chmod(0o700)
+    os.environ[SHARED_ENV] = str(folder)
+    _process_saved = None  # the next saved_vms() shares it too
+    return folder
+
+
+def stop_sharing(folder: Path) -> None:
+    """End what share_saved_vms started: its folder and every stream in it removed."""
+    if os.environ.get(SHARED_ENV) == str(folder):
+        del os.environ[SHARED_ENV]
+    instance_dir.remove_instance_dir(folder)
+
+
 def configuration_key(argv: list[str], share_files: dict[str, bytes], files: list[Path]) -> str:
     """A digest of what makes two VMs the same: QEMU's command line (instance paths as given),
     the run share's files and the identity (size, mtime) of the files the VM boots from."""
@@ -193,9 +259,10 @@ _process_saved: SavedVMs | None = None
 
 
 def saved_vms() -> SavedVMs:
-    """The process's saved VMs (removed at exit)."""
+    """The process's saved VMs (its own removed at exit), sharing the run's folder if it has one."""
     global _process_saved
     if _process_saved is None:
-        _process_saved = SavedVMs()
+        shared = os.environ.get(SHARED_ENV)
+        _process_saved = SavedVMs(shared=Path(shared) if shared else None)
         atexit.register(_process_saved.clear)
     return _process_saved

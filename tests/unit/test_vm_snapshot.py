@@ -3,6 +3,7 @@ never saved, the store's limit, and a device model's card carried across a save.
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 from types import SimpleNamespace
@@ -100,3 +101,51 @@ def test_a_card_with_work_in_flight_or_a_fault_is_not_saved():
             card.saved_state()
     finally:
         card.close()
+
+
+def test_a_vm_one_process_saved_in_the_shared_folder_is_restorable_by_another(monkeypatch, tmp_path):
+    def fake_save(vm, key: str, stream: Path):
+        stream.write_bytes(b"stream")
+        return vm_snapshot.SavedVM(key, stream, {"gpu0": {"config": b"\x01"}}, "-s 01:00.0 COMMAND=6", 6)
+
+    monkeypatch.setattr(vm_snapshot, "save", fake_save)
+    saver, other = vm_snapshot.SavedVMs(shared=tmp_path), vm_snapshot.SavedVMs(shared=tmp_path)
+    assert other.get("k" * 64) is None
+    saved = saver.remember(_vm(), "k" * 64)
+    assert saved.stream.parent == tmp_path
+    assert other.get("k" * 64) == saved  # the stream, the cards and the registers
+    assert other.remember(_vm(), "k" * 64) == saved  # not saved twice
+    assert len(list(tmp_path.glob("*.stream"))) == 1
+    assert not list(tmp_path.glob("*.partial"))
+    saver.clear()
+    assert saved.stream.exists(), "a process's clear leaves the run's shared saves alone"
+
+
+def test_past_the_shared_folders_bound_a_save_stays_private(monkeypatch, tmp_path):
+    def fake_save(vm, key: str, stream: Path):
+        stream.write_bytes(b"stream")
+        return vm_snapshot.SavedVM(key, stream, {}, "", 6)
+
+    monkeypatch.setattr(vm_snapshot, "save", fake_save)
+    monkeypatch.setattr(vm_snapshot, "SHARED_MAX_BYTES", 6)
+    shared, private = tmp_path / "shared", tmp_path / "private"
+    shared.mkdir(), private.mkdir()
+    saver = vm_snapshot.SavedVMs(shared=shared)
+    monkeypatch.setattr(saver, "folder", lambda: private)
+    saver.remember(_vm(), "a" * 64)
+    second = saver.remember(_vm(), "b" * 64)
+    assert second.stream.parent == private
+    assert vm_snapshot.SavedVMs(shared=shared).get("b" * 64) is None
+    assert saver.get("b" * 64) == second
+
+
+def test_sharing_is_inherited_and_ended_by_whoever_started_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("HILCONFORM_RUN_ROOT", str(tmp_path))
+    monkeypatch.delenv(vm_snapshot.SHARED_ENV, raising=False)
+    monkeypatch.setattr(vm_snapshot, "_process_saved", None)  # put back afterwards
+    folder = vm_snapshot.share_saved_vms()
+    assert folder is not None and os.environ[vm_snapshot.SHARED_ENV] == str(folder)
+    assert vm_snapshot.saved_vms().shared == folder
+    assert vm_snapshot.share_saved_vms() is None  # a child of a sharing process shares its folder
+    vm_snapshot.stop_sharing(folder)
+    assert not folder.exists() and vm_snapshot.SHARED_ENV not in os.environ
