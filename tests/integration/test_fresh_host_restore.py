@@ -32,9 +32,10 @@ GUEST_VIEW = ("lspci -D -n -xxxx;"  # every function and its whole config space
               " cat /proc/cmdline; ls /var/lib/kubelet; cat /run/hilconform/identities.json")
 
 
-def _host(profile_name: str, restoring: bool, overrides: dict | None = None) -> EmulatedHost:
+def _host(profile_name: str, restoring: bool, overrides: dict | None = None,
+          config: str | None = None) -> EmulatedHost:
     profile = load_profile(profile_name)
-    host = EmulatedHost(EmulatedVM(profile, runtime_config=runtime_config_for(profile, overrides)),
+    host = EmulatedHost(EmulatedVM(profile, runtime_config=config or runtime_config_for(profile, overrides)),
                         name=profile.name, _overrides=overrides)
     if restoring:
         start_from_saved(host)
@@ -111,6 +112,19 @@ def test_a_restored_model_host_is_the_host_a_boot_gives(own_saved_vms, profile):
         assert all(d["state"] == "HEALTHY" for d in runtime)
     finally:
         changed.close()
+
+    # A host with a whole runtime config of its own (as LIFE-05's AER policy): the same, with
+    # that config's text, not the profile's with overrides.
+    own = "# this test's own config\n" + runtime_config_for(load_profile(profile), {"lease_ttl_s": 9.0})
+    mine = _host(profile, restoring=True, config=own)
+    try:
+        assert mine.vm.made_by == "restore" and mine.vm.runtime_config == own
+        assert mine.shell("cat /opt/hilconform/run/runtime.toml").stdout == own
+        runtime = _quiet_inventory(mine)
+        assert [d["fingerprint"] for d in runtime] == [d["fingerprint"] for d in expected["runtime"]]
+        assert all(d["state"] == "HEALTHY" for d in runtime)
+    finally:
+        mine.close()
 
 
 def test_a_stock_host_is_restored_exactly_when_its_qemu_can_migrate_it(own_saved_vms):
