@@ -66,8 +66,7 @@ class DeviceArrival:
             dev = self.devices.get(bdf)
             if dev is None:
                 return
-            dev.gone = True
-            self.finish_removal(bdf, "hot_remove" if dev.leaving else cause)
+            self._remove_record(dev, "hot_remove" if dev.leaving else cause)
 
     def _redescribe(self, bdf: str) -> None:
         with self._lock:

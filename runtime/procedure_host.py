@@ -27,7 +27,7 @@ class ProcedureHost:
     def _start(self, dev: Device, name: str, entry: str, work, on_done=None):
         """Run a procedure on a worker thread; one procedure per device at a time (lock held)."""
         dev.busy = name
-        run = procedures.Run(name, f"{name}-{next(self._runs)}", dev.bdf, entry, time.monotonic_ns())
+        run = procedures.Run(name, f"{name}-{next(self._runs)}", dev.bdf, entry, time.monotonic_ns(), dev)
 
         def body() -> None:
             result: Any = None
@@ -78,33 +78,45 @@ class ProcedureHost:
                 + (f" ({detail.get('error')})" if detail.get("error") else "")
             )
 
-    def set_resetting(self, bdf: str, resetting: bool) -> None:
+    def _own(self, run: procedures.Run) -> Device | None:
+        """The record ``run`` works on, while it is still the one at its address (lock held).
+
+        Why not the address alone: under load a slot's power-off write can return after the
+        kernel removed the card and the next card in that slot was discovered; the old run's
+        last steps (its removal's end, a late reset outcome) must not land on the new record."""
+        dev = self.devices.get(run.device)
+        return dev if dev is run.record and not dev.gone else None
+
+    def set_resetting(self, run: procedures.Run, resetting: bool) -> None:
         with self._lock:
-            dev = self.devices.get(bdf)
+            dev = self._own(run)
             if dev:
                 dev.resetting = resetting
 
-    def is_resetting(self, bdf: str) -> bool:
+    def is_resetting(self, run: procedures.Run) -> bool:
         with self._lock:
-            dev = self.devices.get(bdf)
+            dev = self._own(run)
             return bool(dev and dev.resetting)
 
-    def is_gone(self, bdf: str) -> bool:
+    def is_gone(self, run: procedures.Run) -> bool:
         with self._lock:
-            dev = self.devices.get(bdf)
-            return dev is None or dev.gone
+            return self._own(run) is None
 
-    def move_main(self, bdf: str, to: str, cause: str, checkpoint: dict) -> None:
+    def move_main(self, run: procedures.Run, to: str, cause: str, checkpoint: dict) -> None:
         with self._lock:
-            dev = self.devices.get(bdf)
-            if dev and not dev.gone and dev.states.main != to:
-                self._transition(dev, [dev.states.move("main", to, cause, checkpoint)])
+            dev = self._own(run)
+            if dev:
+                self._move_main(dev, to, cause, checkpoint)
 
-    def join_pool(self, bdf: str, cause: str, checkpoint: dict) -> bool:
-        self._redescribe(bdf)  # its driver is bound now: driver and class serial are readable
+    def _move_main(self, dev: Device, to: str, cause: str, checkpoint: dict) -> None:
+        if dev.states.main != to:
+            self._transition(dev, [dev.states.move("main", to, cause, checkpoint)])
+
+    def join_pool(self, run: procedures.Run, cause: str, checkpoint: dict) -> bool:
+        self._redescribe(run.device)  # its driver is bound now: driver and class serial are readable
         with self._lock:
-            dev = self.devices.get(bdf)
-            if dev is None or dev.gone or dev.states.health != "DISCOVERED":
+            dev = self._own(run)
+            if dev is None or dev.states.health != "DISCOVERED":
                 return False
             if not checkpoint["ok"]:
                 self._move_health(dev, "FAULTED", f"{cause}:checkpoint", checkpoint)
@@ -116,16 +128,16 @@ class ProcedureHost:
                 dev.pending_health = None
             return dev.states.health == "HEALTHY"
 
-    def fault(self, bdf: str, cause: str, checkpoint: dict) -> None:
+    def fault(self, run: procedures.Run, cause: str, checkpoint: dict) -> None:
         with self._lock:
-            dev = self.devices.get(bdf)
-            if dev and not dev.gone:
+            dev = self._own(run)
+            if dev:
                 self._apply_health(dev, "FAULTED", cause, checkpoint)
 
-    def restore_health(self, bdf: str, cause: str, checkpoint: dict) -> bool:
+    def restore_health(self, run: procedures.Run, cause: str, checkpoint: dict) -> bool:
         with self._lock:
-            dev = self.devices.get(bdf)
-            if dev is None or dev.gone or dev.states.health not in ("DEGRADED", "FAULTED"):
+            dev = self._own(run)
+            if dev is None or dev.states.health not in ("DEGRADED", "FAULTED"):
                 return False
             self._move_health(dev, "HEALTHY", cause, checkpoint)
             dev.aer.clear()
@@ -136,48 +148,53 @@ class ProcedureHost:
         self.own_errors.inconclusive(exc, f"{run.device} {run.run_id}")
         if run.procedure == "hot_add":
             with self._lock:
-                dev = self.devices.get(run.device)
-                if dev is not None and not dev.gone and dev.states.health == "DISCOVERED":
+                dev = self._own(run)
+                if dev is not None and dev.states.health == "DISCOVERED":
                     dev.hot_add_entry = run.entry
 
-    def isolate(self, bdf: str, cause: str) -> None:
+    def isolate(self, run: procedures.Run, cause: str) -> None:
         with self._lock:
-            dev = self.devices.get(bdf)
+            dev = self._own(run)
             if dev:
                 dev.isolated = True
 
-    def deallocate(self, bdf: str, reason: str) -> list[dict]:
+    def deallocate(self, run: procedures.Run, reason: str) -> list[dict]:
         with self._lock:
-            dev = self.devices.get(bdf)
+            dev = self._own(run)
             return self._revoke(dev, reason) if dev else []
 
-    def topology_leave(self, bdf: str, cause: str) -> dict:
+    def topology_leave(self, run: procedures.Run, cause: str) -> dict:
         with self._lock:
-            dev = self.devices.get(bdf)
+            dev = self._own(run)
             if dev is None:
                 return {"generation": self.generation, "note": "device already gone"}
             dev.leaving = True
-            return self._topology(cause, left=bdf)
+            return self._topology(cause, left=run.device)
 
-    def finish_removal(self, bdf: str, cause: str) -> None:
+    def finish_removal(self, run: procedures.Run, cause: str) -> None:
         with self._lock:
-            dev = self.devices.pop(bdf, None)
-            if dev is None:
-                return
-            dev.gone = True
-            self._revoke(dev, cause, to_released=False)  # ALLOCATED -> REMOVED: it is gone
-            self._move_health(dev, "REMOVED", cause, {"name": "removal", "ok": True})
-            self.emit("removed", {"device": bdf, "cause": cause, "fingerprint": dev.info.fingerprint})
-            if not dev.leaving:
-                self._topology(cause, left=bdf)
-            # The slot keeps the identity of what left it, however it left (orderly or not):
-            # another unit there later is flagged (DISC-05), the same unit back is not.
-            for src in (bdf,) + ((dev.port,) if dev.port and dev.port not in self._known_sources() else ()):
-                self._counter.forget(src)
+            dev = self._own(run)
+            if dev is not None:
+                self._remove_record(dev, cause)
 
-    def record_reset(self, bdf: str, outcome: dict) -> None:
+    def _remove_record(self, dev: Device, cause: str) -> None:
+        """The record leaves the table (lock held): leases revoked, REMOVED, topology without it."""
+        bdf = dev.bdf
+        del self.devices[bdf]
+        dev.gone = True
+        self._revoke(dev, cause, to_released=False)  # ALLOCATED -> REMOVED: it is gone
+        self._move_health(dev, "REMOVED", cause, {"name": "removal", "ok": True})
+        self.emit("removed", {"device": bdf, "cause": cause, "fingerprint": dev.info.fingerprint})
+        if not dev.leaving:
+            self._topology(cause, left=bdf)
+        # The slot keeps the identity of what left it, however it left (orderly or not):
+        # another unit there later is flagged (DISC-05), the same unit back is not.
+        for src in (bdf,) + ((dev.port,) if dev.port and dev.port not in self._known_sources() else ()):
+            self._counter.forget(src)
+
+    def record_reset(self, run: procedures.Run, outcome: dict) -> None:
         with self._lock:
-            dev = self.devices.get(bdf)
+            dev = self._own(run)
             if dev:
                 dev.aer.note_reset(time.monotonic_ns())
-            self.emit("reset", {"device": bdf, **outcome})
+            self.emit("reset", {"device": run.device, **outcome})

@@ -13,7 +13,7 @@ import os
 import struct
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .device_classes import ClassHooks
@@ -33,36 +33,41 @@ CONFIG_WRITE_TIMEOUT_S = 1.0  # a config write can block (device lock held by a 
 
 
 class Host(Protocol):
-    """What procedures need from the service (all methods are thread-safe)."""
+    """What procedures need from the service (all methods are thread-safe). A method given the
+    run acts on that run's device record; once the record left, it reads as gone."""
 
     sysfs: Sysfs
     cfg: Any
 
     def step(self, run: Run, step: str, status: str, **detail: Any) -> None: ...
-    def is_gone(self, bdf: str) -> bool: ...
-    def set_resetting(self, bdf: str, resetting: bool) -> None: ...
-    def is_resetting(self, bdf: str) -> bool: ...
-    def move_main(self, bdf: str, to: str, cause: str, checkpoint: dict) -> None: ...
-    def join_pool(self, bdf: str, cause: str, checkpoint: dict) -> bool: ...
-    def fault(self, bdf: str, cause: str, checkpoint: dict) -> None: ...
-    def isolate(self, bdf: str, cause: str) -> None: ...
-    def deallocate(self, bdf: str, reason: str) -> list[dict]: ...
-    def topology_leave(self, bdf: str, cause: str) -> dict: ...
-    def finish_removal(self, bdf: str, cause: str) -> None: ...
-    def record_reset(self, bdf: str, outcome: dict) -> None: ...
-    def restore_health(self, bdf: str, cause: str, checkpoint: dict) -> bool: ...
+    def is_gone(self, run: Run) -> bool: ...
+    def set_resetting(self, run: Run, resetting: bool) -> None: ...
+    def is_resetting(self, run: Run) -> bool: ...
+    def move_main(self, run: Run, to: str, cause: str, checkpoint: dict) -> None: ...
+    def join_pool(self, run: Run, cause: str, checkpoint: dict) -> bool: ...
+    def fault(self, run: Run, cause: str, checkpoint: dict) -> None: ...
+    def isolate(self, run: Run, cause: str) -> None: ...
+    def deallocate(self, run: Run, reason: str) -> list[dict]: ...
+    def topology_leave(self, run: Run, cause: str) -> dict: ...
+    def finish_removal(self, run: Run, cause: str) -> None: ...
+    def record_reset(self, run: Run, outcome: dict) -> None: ...
+    def restore_health(self, run: Run, cause: str, checkpoint: dict) -> bool: ...
     def inconclusive(self, run: Run, exc: Inconclusive) -> None: ...
 
 
 @dataclass
 class Run:
-    """One execution of a procedure (its id ties the step events together)."""
+    """One execution of a procedure (its id ties the step events together).
+
+    ``record`` is the host's record of the device it runs on; the host answers a run's
+    questions about that record only, not about a later card at the same address."""
 
     procedure: str
     run_id: str
     device: str
     entry: str
     started_ns: int
+    record: Any = field(default=None, repr=False, compare=False)
 
 
 # --- checks shared by procedures and health checkpoints -------------------------------
@@ -232,7 +237,7 @@ def self_check(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks, on_fir
         ("interrupts", interrupts),
     ]
     for name, probe in steps:
-        if host.is_gone(bdf):
+        if host.is_gone(run):
             host.step(run, name, "aborted", error="device gone")
             return name, {"error": "device gone"}
         try:
@@ -256,7 +261,7 @@ def hot_add(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> bool:
     host.step(run, "begin", "started", entry=run.entry, hooks=hooks.name)
 
     def firmware_loaded() -> None:
-        host.move_main(bdf, "FIRMWARE_LOADED", "hot_add:firmware", {"name": "hot_add.firmware", "ok": True})
+        host.move_main(run, "FIRMWARE_LOADED", "hot_add:firmware", {"name": "hot_add.firmware", "ok": True})
 
     try:
         failed, detail = self_check(host, run, info, hooks, firmware_loaded)
@@ -267,10 +272,10 @@ def hot_add(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> bool:
         host.step(run, "end", "failed", failed_step=step, inconclusive=True, error=str(exc))
         return False
     if failed:
-        host.fault(bdf, f"hot_add:{failed}", {"name": f"hot_add.{failed}", "ok": False, **detail})
+        host.fault(run, f"hot_add:{failed}", {"name": f"hot_add.{failed}", "ok": False, **detail})
         host.step(run, "end", "failed", failed_step=failed, error=detail.get("error", ""))
         return False
-    joined = host.join_pool(bdf, f"hot_add:{run.entry}", checkpoint)
+    joined = host.join_pool(run, f"hot_add:{run.entry}", checkpoint)
     host.step(run, "join_pool", "ok" if joined else "failed", **checkpoint)
     host.step(run, "end", "ok" if joined else "failed", **({} if joined else {"failed_step": "join_pool"}))
     return joined
@@ -367,9 +372,9 @@ def forced_reset(host: Host, run: Run, source: str) -> dict:
     timeout_s = host.cfg.reset_timeout_ms / 1000.0
 
     def finished(outcome: dict, late: bool) -> None:
-        host.set_resetting(bdf, False)
+        host.set_resetting(run, False)
         if late:
-            host.record_reset(bdf, {**outcome, "source": source, "run": run.run_id})
+            host.record_reset(run, {**outcome, "source": source, "run": run.run_id})
 
     host.step(
         run,
@@ -378,14 +383,14 @@ def forced_reset(host: Host, run: Run, source: str) -> dict:
         methods=_reported(lambda: host.sysfs.reset_methods(bdf), []),
         timeout_ms=host.cfg.reset_timeout_ms,
     )
-    host.set_resetting(bdf, True)  # config access to it blocks in the kernel until the reset ends
+    host.set_resetting(run, True)  # config access to it blocks in the kernel until the reset ends
     outcome = ResetWorker(host.sysfs, bdf, on_finish=finished).start().wait(timeout_s)
-    host.record_reset(bdf, {**outcome, "source": source, "run": run.run_id})
+    host.record_reset(run, {**outcome, "source": source, "run": run.run_id})
     status = {"ok": "ok", "timeout": "timeout"}.get(outcome["outcome"], "failed")
     host.step(run, "reset", status, **outcome)
     if outcome["outcome"] == "timeout":
         host.fault(
-            bdf,
+            run,
             f"{run.procedure}:reset_timeout",
             {"name": "reset_budget", "ok": False, "timeout_ms": host.cfg.reset_timeout_ms},
         )
@@ -401,7 +406,7 @@ def reset_procedure(host: Host, run: Run, info: DeviceInfo) -> dict:
         "duration_ms": outcome["duration_ms"],
         "methods": outcome["methods"],
     }
-    if outcome["outcome"] == "ok" and not host.is_gone(run.device):
+    if outcome["outcome"] == "ok" and not host.is_gone(run):
         try:
             checkpoint = config_intact(host.sysfs, run.device, info)
         except Inconclusive as exc:
@@ -409,7 +414,7 @@ def reset_procedure(host: Host, run: Run, info: DeviceInfo) -> dict:
             checkpoint = inconclusive_checkpoint(exc)
         result["checkpoint"] = checkpoint
         if checkpoint["ok"] is False:
-            host.fault(run.device, "reset:checkpoint", checkpoint)
+            host.fault(run, "reset:checkpoint", checkpoint)
     host.step(run, "end", "ok" if outcome["outcome"] == "ok" else "failed", **result)
     return result
 
@@ -460,7 +465,7 @@ def _recover(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks, faulted:
             host.step(run, "end", "failed", failed_step="link_active", **link)
             return {"recovered": False, "failed_step": "link_active", "detail": link}
     checkpoint = {**config_intact(sysfs, bdf, info), "link": link}
-    restored = checkpoint["ok"] and host.restore_health(bdf, "recover", {**checkpoint, "name": "recover"})
+    restored = checkpoint["ok"] and host.restore_health(run, "recover", {**checkpoint, "name": "recover"})
     host.step(run, "end", "ok" if restored else "failed", **checkpoint)
     return {"recovered": bool(restored), "checkpoint": checkpoint}
 
@@ -577,7 +582,7 @@ def hot_remove(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> dic
 
     def bus_master(enabled: bool, **why: Any) -> None:
         step = "bus_master_on" if enabled else "bus_master_off"
-        if host.is_resetting(bdf):
+        if host.is_resetting(run):
             host.step(
                 run, step, "skipped", reason="a reset is still running: config access would block", **why
             )
@@ -585,7 +590,7 @@ def hot_remove(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> dic
         status, detail = bounded(lambda: set_bus_master(sysfs, bdf, enabled), CONFIG_WRITE_TIMEOUT_S)
         host.step(run, step, status, **why, **detail)
 
-    host.isolate(bdf, f"hot_remove:{run.entry}")
+    host.isolate(run, f"hot_remove:{run.entry}")
     host.step(run, "isolate", "ok", allocations="stopped")
     if cfg.bus_master_off == "before_drain":
         bus_master(False, when="isolate")
@@ -596,25 +601,25 @@ def hot_remove(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> dic
         bdf,
         cfg.drain_timeout_ms / 1000.0,
         cfg.drain_poll_ms / 1000.0,
-        lambda: host.is_gone(bdf),
+        lambda: host.is_gone(run),
     )
     status = result.pop("status")
     host.step(run, "drain", status, **result)
     summary["drain"] = {"status": status, **result}
-    if status in ("timeout", "unreadable") and not host.is_gone(bdf):  # queue not known empty
+    if status in ("timeout", "unreadable") and not host.is_gone(run):  # queue not known empty
         source = "drain_timeout" if status == "timeout" else "drain_unreadable"
         summary["reset"] = forced_reset(host, run, source=source)
-    if cfg.bus_master_off == "after_drain" and not host.is_gone(bdf):
+    if cfg.bus_master_off == "after_drain" and not host.is_gone(run):
         bus_master(False, when="after_drain")
 
-    notified = host.deallocate(bdf, "hot_remove")
+    notified = host.deallocate(run, "hot_remove")
     host.step(run, "deallocate", "ok", holders=notified)
-    topo = host.topology_leave(bdf, f"hot_remove:{run.entry}")
+    topo = host.topology_leave(run, f"hot_remove:{run.entry}")
     host.step(run, "topology", "ok", **topo)
 
-    if host.is_gone(bdf):
+    if host.is_gone(run):
         host.step(run, "power_off", "skipped", reason="device already gone")
-        host.finish_removal(bdf, "hot_remove")
+        host.finish_removal(run, "hot_remove")
     else:
         driver = _reported(lambda: sysfs.driver(bdf), "(unknown: the runtime could not read it)")
         if driver:  # its remove() shuts the device down through DMA: give bus mastering back
@@ -625,9 +630,9 @@ def hot_remove(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> dic
         host.step(run, "power_off", status, **result)
         summary["power_off"] = {"status": status, **result}
         if status == "ok":
-            host.finish_removal(bdf, "hot_remove")
+            host.finish_removal(run, "hot_remove")
         elif status == "failed" and not result.get("inconclusive"):
-            host.fault(bdf, "hot_remove:power_off", {"name": "power_off", "ok": False, **result})
+            host.fault(run, "hot_remove:power_off", {"name": "power_off", "ok": False, **result})
         # timeout: the write may still complete; the udev remove then finishes the removal
     summary["ok"] = summary.get("power_off", {}).get("status", "ok") == "ok"
     host.step(run, "end", "ok" if summary["ok"] else "failed")

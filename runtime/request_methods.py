@@ -211,7 +211,7 @@ class RequestMethods:
             for bdf in lease.devices:
                 dev = self.devices.get(bdf)
                 if dev and dev.states.main == "ALLOCATED":
-                    self.move_main(bdf, "RUNNING", f"renew:{lease.id}", {"name": "renew", "ok": True})
+                    self._move_main(dev, "RUNNING", f"renew:{lease.id}", {"name": "renew", "ok": True})
             self.emit("lease", {**lease.to_dict(), "action": "renewed"})
             return lease.to_dict()
 

@@ -13,8 +13,8 @@ from .launch import launch
 
 
 def apply() -> None:
-    def no_deallocate_step(self, bdf: str, reason: str) -> list[dict]:
-        return []  # the lease is revoked later, by finish_removal, once the device is gone
+    def no_deallocate_step(self, run, reason: str) -> list[dict]:
+        return []  # the lease is revoked later, when the record is removed, once the device is gone
 
     service.Service.deallocate = no_deallocate_step
 

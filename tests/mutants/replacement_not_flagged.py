@@ -15,16 +15,14 @@ from .launch import launch
 
 
 def apply() -> None:
-    finish_removal = service.Service.finish_removal
+    remove_record = service.Service._remove_record
 
-    def finish_and_forget(self, bdf: str, cause: str) -> None:
-        dev = self.devices.get(bdf)
-        finish_removal(self, bdf, cause)
-        if dev is not None and dev.leaving:
-            with self._lock:
-                self.identities._seen.pop(IdentityRegistry.location(dev.info), None)
+    def remove_and_forget(self, dev, cause: str) -> None:  # lock held
+        remove_record(self, dev, cause)
+        if dev.leaving:
+            self.identities._seen.pop(IdentityRegistry.location(dev.info), None)
 
-    service.Service.finish_removal = finish_and_forget
+    service.Service._remove_record = remove_and_forget
 
 
 if __name__ == "__main__":

@@ -297,6 +297,32 @@ def test_readd_after_removal_is_a_new_device(harness):
     assert not c.events("identity_changed")
 
 
+def test_a_card_added_while_the_removal_still_ends_is_not_removed_with_it(harness):
+    """Under load the slot's power-off write returns late: the kernel removed the old card, the
+    next one was added to the same slot and discovered, and only then did the removal end. It
+    must end its own record's removal, not the new card's (seen on a loaded 2-core runner)."""
+    c = healthy_nvme(harness)
+    real_slot_power = harness.svc.sysfs.slot_power
+
+    def the_kernel_removes_and_a_new_card_arrives_before_the_write_returns(slot, on):
+        real_slot_power(slot, on)
+        harness.fake.remove_device(NVME)
+        harness.source.emit("remove", NVME)
+        c.wait_state(NVME, "REMOVED")
+        harness.add_nvme(serial="SN1")
+        harness.source.emit("add", NVME)
+        c.wait_event("discovered", device=NVME, cause="hot_add")
+
+    harness.svc.sysfs.slot_power = the_kernel_removes_and_a_new_card_arrives_before_the_write_returns
+    assert c.ok("remove", {"device": NVME})["ok"]
+    deadline = time.monotonic() + TIMEOUT
+    while len(c.events("transition", device=NVME, view="health", to="HEALTHY")) < 2:
+        assert time.monotonic() < deadline, "the card added during the removal's end never became HEALTHY"
+        time.sleep(0.01)
+    assert len(c.events("removed", device=NVME)) == 1
+    assert [d["device"] for d in c.ok("inventory")["devices"]] == [NVME]
+
+
 # --- requested reset (RST-01) -------------------------------------------------------------------
 def test_requested_reset_of_a_healthy_device(harness):
     c = healthy_nvme(harness)
