@@ -6,9 +6,12 @@ above the switch, which counts it; the kernel's recovery runs at the downstream 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from ..errors import FaultError
 from .base import FaultRecord, FaultsBase
+
+OnInjected = Callable[[int], None] | None  # called with injected_ns once the error is in
 
 AER_TIMEOUT_S = 10.0
 # Uncorrectable errors by their default severity (the Uncorrectable Error Severity
@@ -27,23 +30,23 @@ CORRECTABLE_ERRORS = frozenset({
 
 class AerFaults(FaultsBase):
     def aer_nonfatal(self, target: str, error: str = "UNSUP", wait_recovery: bool = False,
-                     timeout_s: float = AER_TIMEOUT_S) -> FaultRecord:
+                     timeout_s: float = AER_TIMEOUT_S, on_injected: OnInjected = None) -> FaultRecord:
         """Uncorrectable non-fatal error at the port above the target's device."""
         if error.upper() not in NONFATAL_ERRORS:
             raise FaultError(f"aer-nonfatal at {target}: {error!r} is not a non-fatal "
                              f"uncorrectable error (use one of {', '.join(sorted(NONFATAL_ERRORS))})")
-        return self.aer(target, error, wait_recovery, timeout_s)
+        return self.aer(target, error, wait_recovery, timeout_s, on_injected)
 
     def aer_fatal(self, target: str, error: str = "DLP", wait_recovery: bool = False,
-                  timeout_s: float = AER_TIMEOUT_S) -> FaultRecord:
+                  timeout_s: float = AER_TIMEOUT_S, on_injected: OnInjected = None) -> FaultRecord:
         """Uncorrectable fatal error at the port above the target's device (link reset)."""
         if error.upper() not in FATAL_ERRORS:
             raise FaultError(f"aer-fatal at {target}: {error!r} is not a fatal uncorrectable "
                              f"error (use one of {', '.join(sorted(FATAL_ERRORS))})")
-        return self.aer(target, error, wait_recovery, timeout_s)
+        return self.aer(target, error, wait_recovery, timeout_s, on_injected)
 
     def aer(self, target: str, error: str, wait_recovery: bool = False,
-            timeout_s: float = AER_TIMEOUT_S) -> FaultRecord:
+            timeout_s: float = AER_TIMEOUT_S, on_injected: OnInjected = None) -> FaultRecord:
         """HMP `pcie_aer_inject_error <port> <error>`; verified by the port's AER counters.
 
         `error` is an HMP error name (or a number QEMU accepts). The guest counts an
@@ -51,7 +54,9 @@ class AerFaults(FaultsBase):
         on the endpoint; one injected at a switch's downstream port is counted on
         the root port above the switch (details["root_port_bdf"]). wait_recovery=True
         also waits for the kernel's "device recovery successful|failed" line for the
-        port the error was injected at (details["recovery"]).
+        port the error was injected at (details["recovery"]). `on_injected(injected_ns)` is called
+        as soon as QEMU accepted the error, before the guest's counters are read back (a test that
+        times requests from the injection does not wait for the verification's round trips).
         """
         severity = ("fatal" if error.upper() in FATAL_ERRORS else
                     "nonfatal" if error.upper() in NONFATAL_ERRORS else None)
@@ -73,6 +78,8 @@ class AerFaults(FaultsBase):
             # QEMU 7.2 replies with the bare reason; later ones put "Error: " before it.
             reason = reply.strip().removeprefix("Error: ")
             raise FaultError(f"{fault} at {target}: QEMU refused `{command}`: {reason}")
+        if on_injected is not None:
+            on_injected(injected_ns)
 
         def counted():
             after = self._aer_counters(port)

@@ -259,7 +259,7 @@ MIN_JUDGED = 3  # answers on the device's health (see _Observation.judged) insid
 MAX_ASKS = 400  # each prober's bound
 PROBE_START_MS = REACTION_MS + 20.0  # the probe's first request, after the injection (host clock)
 RECOVERY_TIMEOUT_S = 20.0  # the kernel's recovery line after a fatal error (a switch's takes ~1.2 s)
-OBSERVATIONS = 4  # fatal errors injected at most, one after another, until one window was covered
+OBSERVATIONS = 6  # fatal errors injected at most, one after another, until one window was covered
 RECOVER_TIMEOUT_S = 30.0  # the runtime's recover procedure (a reset) of a DEGRADED device
 HEALTHY_AGAIN_S = 15.0  # how long a device recovered by the kernel may take to be HEALTHY again
 
@@ -363,10 +363,12 @@ def _observe_fatal_recovery(host, runtime, slot: str, throughout: bool = False) 
     if throughout:
         go.set()
     try:
-        fault = host.get("aer-fatal").aer_fatal(slot)
-        if not throughout:
-            start["at_ns"] = fault.injected_ns + int(PROBE_START_MS * 1e6)
-            go.set()
+        def probe_from(injected_ns: int) -> None:  # at once, not after the injection's verification
+            if not throughout:
+                start["at_ns"] = injected_ns + int(PROBE_START_MS * 1e6)
+                go.set()
+
+        fault = host.get("aer-fatal").aer_fatal(slot, on_injected=probe_from)
         port_bdf = fault.details["port_bdf"]
         deadline = time.monotonic() + RECOVERY_TIMEOUT_S
         while (window := kernel_recovery_window(host, port_bdf, log_start)) is None:
@@ -407,7 +409,11 @@ def _judge_observations(host, runtime, slots: list[str], observations: list) -> 
     order = slots[:]
     throughout = False
     while len(observations) < OBSERVATIONS:
-        slot = _healthy_slot(host, runtime, order, HEALTHY_AGAIN_S)
+        hit = {o.bdf for o in observations}
+        untried = [s for s in order if host.target_bdf(s) not in hit]
+        if not untried:  # every target was hit: recover what the errors left DEGRADED (fatal_recovered)
+            _leave_recovered(runtime, hit)
+        slot = _healthy_slot(host, runtime, untried or order, HEALTHY_AGAIN_S)
         if slot is None:
             break
         seen = _observe_fatal_recovery(host, runtime, slot, throughout)
@@ -455,8 +461,9 @@ def test_a_device_in_error_recovery_is_never_allocated(host):
     line. A window is judged only if MIN_JUDGED requests sent inside it were answered on the
     device's health (granted, or refused other than DEVICE_BUSY: the other prober's lease or
     request in flight); a window the probe missed (a kernel recovery of 150 ms, a host stall) is
-    observed again with another fatal error (the next aer-fatal slot whose device is HEALTHY), up
-    to OBSERVATIONS times, then the clause is inconclusive (the test bed too slow to probe inside
+    observed again with another fatal error (the next aer-fatal slot whose device is HEALTHY; once
+    every target was hit, the devices the errors left DEGRADED are recovered first), up to
+    OBSERVATIONS times, then the clause is inconclusive (the test bed too slow to probe inside
     a window). When a probe started after the
     injection came too late for the window (the host's injection returned after the kernel was
     done: a real host over SSH), the next observations probe from before the injection and count
