@@ -23,6 +23,19 @@ under load (--runs 0 --mutant ..., 18:01-18:08 UTC, load 6.04 -> 8.35): the time
 slow_discovery (DISC-02), cold_start_settle (DISC-03), storm_drops_events (DISC-04),
 drain_timeout_3s (HP-03), reset_without_budget (RST-02), late_renewals_dropped and
 leases_never_expire (LIFE-04), dp_slow_registration (DP-01): all 8 killed.
+2026-12-02 20:30-21:00 UTC (--runs 5, 7 hogs, load 6.04 -> 10.10): 2 flips. DISC-02[native]
+failed in run 1: a runtime race, not a judgement (a hot-remove's slot power-off write returned
+after the test's next card in that slot was discovered, and the removal's end marked the new card
+REMOVED; fixed: a procedure acts on its own device record). LIFE-03 inconclusive in runs 1, 2
+and 5: its probe was timed from the injection's verification, which took 100-300 ms under load,
+after the kernel's ~160 ms recovery window (fixed: timed from the injection itself).
+2026-12-03 02:28-02:52 UTC after those fixes (load 6.07 -> 9.35): 1 flip, LIFE-03 inconclusive in
+run 5 (QEMU's reply still reached the loaded controller ~30 ms after the kernel's error line;
+now timed from the middle of the injection's round trip, three probers).
+2026-12-03 03:14-03:42 UTC (--runs 5, 7 hogs, load 6.02 -> 9.87): runs of 4.7, 5.5, 6.1, 5.4
+and 5.4 min, all exit 0, 34 clauses CONFORMANT in every run: 0 flips. Then, same hogs (load
+9.87 -> 8.25, 03:42-04:00 UTC), every mutant of tests/mutants/mutants.toml (37) under load:
+all 37 killed, each by its clause's test (27-166 s each).
 Target (issue 17): 0 flips in 5 consecutive runs of `hilconform certify --host emulated:a100` at
 load average >= 6; every mutant still killed.
 Usage: benchmarks/loaded_gate.py [--host emulated:a100] [--runs 5] [--load 6] [--suite AREA ...]
