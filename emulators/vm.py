@@ -62,8 +62,11 @@ class EmulatedVM:
         self.keep = keep
         self.runtime_config = runtime_config
         self.runtime_module = runtime_module
-        # Without -no-reboot a guest reboot (or QMP system_reset) restarts the guest
-        # instead of ending QEMU; a kernel panic then loops until the ready deadline.
+        # QEMU always starts with -no-reboot (a reboot ends it: a kernel panic during the boot
+        # does not loop until the ready deadline, and the VM's configuration key, hence its
+        # saved VM, is the same with or without reboots). With allow_reboot, once the guest is
+        # ready, QMP `set-action reboot=reset` makes a guest reboot (or QMP system_reset)
+        # restart the guest instead.
         self.allow_reboot = allow_reboot
         # Opt-in sshd in the guest (a stand-in real host): the key it authorises for root,
         # and the loopback port that reaches its port 22 (chosen at start).
@@ -124,6 +127,8 @@ class EmulatedVM:
                 guest_driver.check_bound(self)  # each cold-plugged model has the driver it names
             else:
                 vm_snapshot.resume_guest(self, restore)
+            if self.allow_reboot:
+                self.qmp.execute("set-action", {"reboot": "reset"})
             self.made_by = "restore" if restore is not None else "boot"
         except BaseException:
             self.stop()
@@ -133,10 +138,7 @@ class EmulatedVM:
     def _argv(self, layout: InstanceLayout) -> list[str]:
         argv = build_argv(self.qemu_binary, self.profile, self.image, layout, self.accel,
                           ssh_forward_port=self.ssh_port)
-        argv = guest_driver.with_iommu(argv, self.profile)  # a model's guest driver may need one
-        if self.allow_reboot:
-            argv.remove("-no-reboot")
-        return argv
+        return guest_driver.with_iommu(argv, self.profile)  # a model's guest driver may need one
 
     def configuration_key(self, runtime_config: str | None = None) -> str:
         """What a saved VM must share with this one to stand in for its boot (vm_snapshot);

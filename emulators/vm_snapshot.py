@@ -20,7 +20,12 @@ controller does) names a folder in HILCONFORM_SAVED_VMS, which every process it 
 (pytest-xdist workers, the pytest runs of a certify or a self-check inside make test): a VM one
 of them saved, the others restore instead of booting it again (one boot per configuration and
 run, not per worker and process). A save there is published whole or not at all (the stream,
-then its description renamed into place); past SHARED_MAX_BYTES saves stay private.
+then its description renamed into place); past SHARED_MAX_BYTES saves stay private. While one
+process boots a configuration to save it, it holds a claim on it in that folder (`<key>.booting`,
+its pid and start time), and another that wants the same configuration waits for the save
+(`SavedVMs.restorable`) instead of booting it beside it: two boots at once on 2 cores take
+longer than one boot and a restore. A configuration found never to be saved is published with
+why (`<key>.unsaved`), so the others boot it at once.
 
 Only a VM whose QEMU lets it migrate is saved: QEMU names the devices that block it
 (`query-migrate`'s `blocked-reasons`; QEMU's nvme, the stock stand-in, is one); such a
@@ -41,12 +46,17 @@ from pathlib import Path
 from . import instance_dir
 from .errors import InfrastructureError
 from .pci_inventory import function_below, query_pci
+from .process_identity import ProcessIdentity, read_pid_file
 
 SAVE_TIMEOUT_S = 60.0
 MAX_SAVED = 4  # private streams kept per process (~120 MiB each); the oldest goes first
 SHARED_ENV = "HILCONFORM_SAVED_VMS"  # the folder a run's processes share saved VMs in
 SHARED_MAX_BYTES = 4 << 30  # streams in that folder, at most
 SHARED_SUFFIX = ".saved"  # a published SavedVM's description (its stream beside it)
+CLAIM_SUFFIX = ".booting"  # a process of the run is booting this configuration to save it
+UNSAVED_SUFFIX = ".unsaved"  # why this configuration is never saved (a line of text)
+BOOT_WAIT_S = 180.0  # how long a process waits for another's boot and save; then it boots too
+CLAIM_POLL_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -167,8 +177,46 @@ class SavedVMs:
         """Whether QEMU refuses to migrate `vm` (of configuration `key`); its reason is kept."""
         blockers = migration_blockers(vm.qmp)
         if blockers:
-            self.why_booted[key] = "; ".join(blockers)
+            self.never_saved(key, "; ".join(blockers))
         return bool(blockers)
+
+    def never_saved(self, key: str, why: str) -> None:
+        """Hosts of configuration `key` boot, for `why`: kept, and told to the run's other processes."""
+        self.why_booted[key] = why
+        if self.shared is not None:
+            partial = self.shared / f"{key}{UNSAVED_SUFFIX}.{os.getpid()}.partial"
+            partial.write_text(why)
+            os.replace(partial, self.shared / (key + UNSAVED_SUFFIX))
+
+    def restorable(self, key: str, wait_s: float = BOOT_WAIT_S) -> SavedVM | None:
+        """The saved VM of configuration `key`, if there is one or another process of the run is
+        booting that configuration to save it (then once it is saved: waited for, up to `wait_s`).
+        None: this process boots it, and holds the claim on it until `release(key)`; or the
+        configuration is never saved (`why_booted` says why)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            saved = self.get(key)
+            if saved is not None or key in self.why_booted or self.shared is None:
+                return saved
+            why = _read_text(self.shared / (key + UNSAVED_SUFFIX))
+            if why is not None:
+                self.why_booted[key] = why
+                return None
+            if _claim(self.shared / (key + CLAIM_SUFFIX)) or time.monotonic() > deadline:
+                return None
+            time.sleep(CLAIM_POLL_S)
+
+    def release(self, key: str) -> None:
+        """Give up this process's claim on booting `key` (saved, never saved, or the boot failed:
+        a process waiting for it then restores it, is told why not, or boots it itself)."""
+        if self.shared is None:
+            return
+        claim = self.shared / (key + CLAIM_SUFFIX)
+        try:
+            if read_pid_file(claim).pid == os.getpid():
+                claim.unlink()
+        except (OSError, ValueError):
+            pass
 
     def remember(self, vm, key: str) -> SavedVM | None:
         """Save `vm` (just made ready, of configuration `key`) unless that configuration is saved
@@ -205,6 +253,42 @@ def _publish(folder: Path, saved: SavedVM) -> None:
     partial = description.with_name(f"{description.name}.{os.getpid()}.partial")
     partial.write_bytes(pickle.dumps(saved))
     os.replace(partial, description)  # a reader sees all of it or nothing
+
+
+def _claim(path: Path) -> bool:
+    """Take the claim at `path` for this process: True if it is ours now (or was), False while a
+    live process holds it. A claim whose process is gone (a crashed worker) is taken over."""
+    me = ProcessIdentity.of(os.getpid()).to_text()
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            try:
+                holder = read_pid_file(path)
+            except FileNotFoundError:
+                continue  # released just now: try again
+            except (OSError, ValueError):
+                return False  # being written (or unreadable): a live claim until proved otherwise
+            if holder.pid == os.getpid():
+                return True
+            try:
+                gone = holder.identity is None or holder.identity.mismatch() is not None
+            except OSError:
+                gone = False
+            if not gone:
+                return False
+            path.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as out:
+            out.write(me)
+        return True
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
 
 
 def _read_published(folder: Path, key: str) -> SavedVM | None:

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import os
 import struct
+import subprocess
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from hilconform.emulators import vm_snapshot
+from hilconform.emulators.process_identity import ProcessIdentity, read_pid_file
 from hilconform.emulators.vfio_user.device import ModelDevice
 from hilconform.emulators.vfio_user.model import load_model
 
@@ -149,3 +153,72 @@ def test_sharing_is_inherited_and_ended_by_whoever_started_it(monkeypatch, tmp_p
     assert vm_snapshot.share_saved_vms() is None  # a child of a sharing process shares its folder
     vm_snapshot.stop_sharing(folder)
     assert not folder.exists() and vm_snapshot.SHARED_ENV not in os.environ
+
+
+def _claim_of(path: Path, pid: int) -> None:
+    path.write_text(ProcessIdentity.of(pid).to_text())
+
+
+def test_a_configuration_another_process_is_booting_is_waited_for_then_restored(monkeypatch, tmp_path):
+    def fake_save(vm, key: str, stream: Path):
+        stream.write_bytes(b"stream")
+        return vm_snapshot.SavedVM(key, stream, {}, "", 6)
+
+    monkeypatch.setattr(vm_snapshot, "save", fake_save)
+    monkeypatch.setattr(vm_snapshot, "CLAIM_POLL_S", 0.01)
+    key = "k" * 64
+    booter = subprocess.Popen(["sleep", "30"])  # stands for the other worker, alive while it boots
+    try:
+        _claim_of(tmp_path / (key + vm_snapshot.CLAIM_SUFFIX), booter.pid)
+        saver, waiter = vm_snapshot.SavedVMs(shared=tmp_path), vm_snapshot.SavedVMs(shared=tmp_path)
+        timer = threading.Timer(0.3, lambda: saver.remember(_vm(), key))
+        timer.start()
+        started = time.monotonic()
+        saved = waiter.restorable(key, wait_s=20)
+        timer.join()
+        assert saved is not None and saved.key == key and time.monotonic() - started >= 0.25
+        assert waiter.restorable(key, wait_s=0) == saved
+    finally:
+        booter.kill()
+        booter.wait()
+
+
+def test_the_first_process_claims_a_configuration_and_releases_only_its_own_claim(tmp_path):
+    key = "k" * 64
+    first, second = vm_snapshot.SavedVMs(shared=tmp_path), vm_snapshot.SavedVMs(shared=tmp_path)
+    claim = tmp_path / (key + vm_snapshot.CLAIM_SUFFIX)
+    assert first.restorable(key, wait_s=0) is None and claim.exists()  # ours: this process boots
+    assert second.restorable(key, wait_s=0) is None  # the same process: never waits on itself
+    first.release(key)
+    assert not claim.exists()
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        _claim_of(claim, other.pid)
+        assert first.restorable(key, wait_s=0.05) is None  # gave up waiting: boots beside it
+        first.release(key)
+        assert claim.exists(), "a claim of another process was released"
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_claim_whose_process_is_gone_is_taken_over(tmp_path):
+    key = "k" * 64
+    gone = subprocess.Popen(["true"])
+    identity = ProcessIdentity.of(gone.pid)
+    gone.wait()
+    claim = tmp_path / (key + vm_snapshot.CLAIM_SUFFIX)
+    claim.write_text(identity.to_text())
+    started = time.monotonic()
+    assert vm_snapshot.SavedVMs(shared=tmp_path).restorable(key, wait_s=20) is None
+    assert time.monotonic() - started < 5, "waited on a claim nobody holds"
+    assert read_pid_file(claim).pid == os.getpid()
+
+
+def test_a_configuration_never_saved_is_booted_at_once_by_every_process_with_why(tmp_path):
+    key = "k" * 64
+    finder, other = vm_snapshot.SavedVMs(shared=tmp_path), vm_snapshot.SavedVMs(shared=tmp_path)
+    assert finder.remember(_vm(["non-migratable device: nvme"]), key) is None
+    assert other.restorable(key, wait_s=0) is None
+    assert other.why_booted == {key: "non-migratable device: nvme"}
+    assert not (tmp_path / (key + vm_snapshot.CLAIM_SUFFIX)).exists()
