@@ -19,6 +19,14 @@ HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 SETTLE_S = 60.0  # how long a plugin may take to register and list at all (budgets judge the figures)
 
 
+def answer_window_s(limit_ms: float) -> float:
+    """How long a test waits for the kubelet to hear of a change whose time a budget of
+    `limit_ms` judges: twice the budget and 5 s more. A late answer inside it is still measured
+    (and fails the budget); past it, no answer came (a failure too, found sooner: a plugin that
+    never answers costs this, not a minute)."""
+    return 2 * limit_ms / 1000 + 5
+
+
 def advertised(record: dict) -> dict[str, str]:
     """ID -> health of one ListAndWatch record."""
     return {d["ID"]: d["health"] for d in record["message"]["devices"]}

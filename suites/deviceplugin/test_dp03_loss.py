@@ -16,6 +16,7 @@ import pytest
 from dp_support import (
     HEALTHY,
     advertised,
+    answer_window_s,
     budget,
     config_lost,
     fault_and_await_loss,
@@ -40,7 +41,7 @@ def test_a_device_removed_without_warning_is_dropped_or_unhealthy(host_factory, 
         listed_healthy(kubelet, plugin)
         for target in host.targets("surprise-removal")[:LOSSES]:
             resource, lost, removed_ms = remove_and_await_loss(
-                host, kubelet, plugin, target, "surprise-removal", limit / 1000 + 30)
+                host, kubelet, plugin, target, "surprise-removal", answer_window_s(limit))
             figures.append(ms_after(lost, int(removed_ms * 1e6)))
             _still_serving(kubelet, resource, lost)
     summary = measurements.record("DP-03", "loss_surprise_removal", figures, "ms", budget=limit,
@@ -71,7 +72,7 @@ def test_a_device_still_on_the_bus_but_lost_is_unhealthy_or_dropped(host_factory
         listed_healthy(kubelet, plugin)
         inject = IN_PLACE_LOSSES[capability]
         resource, lost, started_ms = fault_and_await_loss(
-            host, kubelet, plugin, target, lambda: inject(host, target), limit / 1000 + 30)
+            host, kubelet, plugin, target, lambda: inject(host, target), answer_window_s(limit))
         _still_serving(kubelet, resource, lost)
     figure = ms_after(lost, int(started_ms * 1e6))
     summary = measurements.record("DP-03", f"loss_{capability.replace('-', '_')}", [figure], "ms",
@@ -104,7 +105,7 @@ def test_a_fatal_error_not_recovered_is_unhealthy_or_dropped(host_factory, measu
             found = fault_and_await_loss(
                 host, kubelet, plugin, target,
                 lambda target=target: host.get("aer-fatal").aer_fatal(target, wait_recovery=True),
-                limit / 1000 + 30, out_of_service)
+                answer_window_s(limit), out_of_service)
             if found is None:
                 recovered.append(bdf)
                 continue

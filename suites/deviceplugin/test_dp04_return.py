@@ -16,6 +16,7 @@ import pytest
 from dp_support import (
     HEALTHY,
     advertised,
+    answer_window_s,
     budget,
     fresh_host,
     kernel_event_ms,
@@ -64,7 +65,7 @@ def test_a_device_back_in_its_slot_is_healthy_again_under_its_id(host_factory, m
                     kubelet, resource.name, mark,
                     lambda devices, ids=set(before): ids <= set(devices) and all(
                         devices[i] == HEALTHY for i in ids),
-                    limit / 1000 + 30, f"every ID it had before ({sorted(before)}) Healthy again")
+                    answer_window_s(limit), f"every ID it had before ({sorted(before)}) Healthy again")
             finally:
                 seen = witness.stop()
             figures.append(ms_after(back, int(kernel_event_ms(seen, "add", bdf) * 1e6)))

@@ -11,6 +11,7 @@ import pytest
 from dp_support import (
     HEALTHY,
     advertised,
+    answer_window_s,
     budget,
     fresh_host,
     kernel_event_ms,
@@ -50,7 +51,7 @@ def test_a_device_added_to_an_empty_slot_is_advertised(host_factory, measurement
                     kubelet, resource.name, mark,
                     lambda devices, old=before: len(devices) == len(old) + 1 and set(old) < set(devices)
                     and set(devices.values()) == {HEALTHY},
-                    limit / 1000 + 30, f"one more device than {sorted(before)}, all Healthy")
+                    answer_window_s(limit), f"one more device than {sorted(before)}, all Healthy")
             finally:
                 seen = witness.stop()
             figures.append(ms_after(grown, int(kernel_event_ms(seen, "add", added.bdf) * 1e6)))

@@ -9,7 +9,7 @@ ListAndWatch message of the new registration, RESTARTS times (every one judged: 
 from __future__ import annotations
 
 import pytest
-from dp_support import SETTLE_S, advertised, budget, kubelet_with_plugin, listed_healthy, ms_after
+from dp_support import advertised, answer_window_s, budget, kubelet_with_plugin, listed_healthy, ms_after
 
 pytestmark = [pytest.mark.clause("DP-08"), pytest.mark.needs("kubelet-stand-in")]
 
@@ -31,7 +31,7 @@ def test_plugin_registers_again_after_a_kubelet_restart(host, measurements, devi
                 first = kubelet.wait_record(
                     f"ListAndWatch message of {resource.name} after the kubelet restarted",
                     lambda r, name=resource.name: r["kind"] == "list_and_watch" and r["resource"] == name,
-                    restarted["seq"], SETTLE_S)
+                    restarted["seq"], answer_window_s(limit))
                 figures.append(ms_after(first, restarted["ts_ns"]))
                 assert sorted(advertised(first)) == before[resource.name], (
                     f"{resource.name}: IDs after the kubelet restart {sorted(advertised(first))}, "
