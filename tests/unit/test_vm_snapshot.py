@@ -222,3 +222,36 @@ def test_a_configuration_never_saved_is_booted_at_once_by_every_process_with_why
     assert other.restorable(key, wait_s=0) is None
     assert other.why_booted == {key: "non-migratable device: nvme"}
     assert not (tmp_path / (key + vm_snapshot.CLAIM_SUFFIX)).exists()
+
+
+class _LateGuest:
+    """A guest agent whose commands run `lag_s` late (a loaded machine): its clock, set to the
+    host's time as sent, ends up `lag_s` behind until a relative step puts it right."""
+
+    def __init__(self, lag_s: float):
+        self.offset_ns, self.lag_ns, self.commands = 0, int(lag_s * 1e9), []
+
+    def shell(self, script: str, timeout_s: float = 30.0):
+        self.commands.append(script)
+        if script.startswith("date -s @"):
+            self.offset_ns = -self.lag_ns
+        elif script.startswith("n=$(( $(date +%s%N) + "):
+            self.offset_ns += int(script.split("+ ", 1)[1].split(" ))", 1)[0])
+        return SimpleNamespace(exit_code=0, stderr="")
+
+    def call(self, command: str):
+        assert command == "guest-get-time"
+        return time.time_ns() + self.offset_ns
+
+
+def test_a_restored_guest_whose_clock_command_ran_late_is_stepped_right_before_its_runtime_runs():
+    agent = _LateGuest(lag_s=1.5)
+    vm_snapshot.resume_guest(SimpleNamespace(agent=agent), vm_snapshot.SavedVM("k", Path("s"), {}, ""))
+    assert abs(agent.offset_ns) < 0.1e9
+    assert len(agent.commands) == 3 and "kill -CONT" in agent.commands[-1]
+
+
+def test_a_restored_guest_whose_clock_is_right_is_not_stepped():
+    agent = _LateGuest(lag_s=0.0)
+    vm_snapshot.resume_guest(SimpleNamespace(agent=agent), vm_snapshot.SavedVM("k", Path("s"), {}, ""))
+    assert len(agent.commands) == 2
