@@ -33,6 +33,12 @@ def test_the_configuration_key_changes_with_the_command_line_the_share_and_the_b
     assert key != vm_snapshot.configuration_key(["qemu", "-m", "512"], {"runtime.toml": b"a"}, [kernel])
 
 
+def _fake_save(vm, key: str, stream: Path):
+    """vm_snapshot.save without a VM: a stream of six bytes."""
+    stream.write_bytes(b"stream")
+    return vm_snapshot.SavedVM(key, stream, {}, "", 6)
+
+
 class _Qmp:
     def __init__(self, blocked: list[str]):
         self.blocked = blocked
@@ -56,11 +62,7 @@ def test_a_vm_qemu_cannot_migrate_is_never_saved_and_qemus_reason_is_kept(monkey
 
 
 def test_the_store_keeps_its_limit_and_removes_the_oldest_stream(monkeypatch, tmp_path):
-    def fake_save(vm, key: str, stream: Path):
-        stream.write_bytes(b"stream")
-        return vm_snapshot.SavedVM(key, stream, {}, "", 6)
-
-    monkeypatch.setattr(vm_snapshot, "save", fake_save)
+    monkeypatch.setattr(vm_snapshot, "save", _fake_save)
     saved = vm_snapshot.SavedVMs(limit=2)
     monkeypatch.setattr(saved, "folder", lambda: tmp_path)
     first = saved.remember(_vm(), "a" * 20)
@@ -126,11 +128,7 @@ def test_a_vm_one_process_saved_in_the_shared_folder_is_restorable_by_another(mo
 
 
 def test_past_the_shared_folders_bound_a_save_stays_private(monkeypatch, tmp_path):
-    def fake_save(vm, key: str, stream: Path):
-        stream.write_bytes(b"stream")
-        return vm_snapshot.SavedVM(key, stream, {}, "", 6)
-
-    monkeypatch.setattr(vm_snapshot, "save", fake_save)
+    monkeypatch.setattr(vm_snapshot, "save", _fake_save)
     monkeypatch.setattr(vm_snapshot, "SHARED_MAX_BYTES", 6)
     shared, private = tmp_path / "shared", tmp_path / "private"
     shared.mkdir(), private.mkdir()
@@ -160,11 +158,7 @@ def _claim_of(path: Path, pid: int) -> None:
 
 
 def test_a_configuration_another_process_is_booting_is_waited_for_then_restored(monkeypatch, tmp_path):
-    def fake_save(vm, key: str, stream: Path):
-        stream.write_bytes(b"stream")
-        return vm_snapshot.SavedVM(key, stream, {}, "", 6)
-
-    monkeypatch.setattr(vm_snapshot, "save", fake_save)
+    monkeypatch.setattr(vm_snapshot, "save", _fake_save)
     monkeypatch.setattr(vm_snapshot, "CLAIM_POLL_S", 0.01)
     key = "k" * 64
     booter = subprocess.Popen(["sleep", "30"])  # stands for the other worker, alive while it boots
