@@ -36,6 +36,12 @@ now timed from the middle of the injection's round trip, three probers).
 and 5.4 min, all exit 0, 34 clauses CONFORMANT in every run: 0 flips. Then, same hogs (load
 9.87 -> 8.25, 03:42-04:00 UTC), every mutant of tests/mutants/mutants.toml (37) under load:
 all 37 killed, each by its clause's test (27-166 s each).
+2026-12-03 06:46-07:11 UTC, with one boot per configuration and run, reboots by set-action and the
+DP answer window (--runs 5, 7 hogs, load 6.02 -> 9.96): runs of 4.4, 4.7, 4.3, 5.0 and 5.0 min,
+all exit 0, 34 clauses in every run: 0 flips; then dp_no_reregistration, dp_listed_once,
+dp_never_healthy_again and dp_never_unhealthy under load: all killed (46-98 s).
+Not covered here: emulated:a100-stock. Under make test at -n 3 (load ~3-4, 2026-12-03 07:30) its
+HP-02 failed once (drain events 476 ms apart on the runtime's own clock: the guest starved).
 Target (issue 17): 0 flips in 5 consecutive runs of `hilconform certify --host emulated:a100` at
 load average >= 6; every mutant still killed.
 Usage: benchmarks/loaded_gate.py [--host emulated:a100] [--runs 5] [--load 6] [--suite AREA ...]
