@@ -10,10 +10,12 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import socket
 import tempfile
 import threading
 import time
+import weakref
 
 import pytest
 from fakesysfs import ConfigBuilder, FakeSysfs, mem_bar, nvme_config, root_port_config
@@ -119,7 +121,8 @@ class Harness:
     def __init__(self, tmp_path, serve: bool = False, **overrides):
         self.fake = FakeSysfs(tmp_path)
         self.source = QueueChangeSource()
-        self.sockdir = tempfile.mkdtemp(prefix="hc", dir="/tmp")
+        self.sockdir = tempfile.mkdtemp(prefix="hc", dir="/tmp")  # short: a unix socket's path
+        weakref.finalize(self, shutil.rmtree, self.sockdir, True)  # gone with the harness, stopped or not
         self.overrides = {
             "transport": f"unix:{self.sockdir}/rt.sock",
             "sysfs_root": str(tmp_path),
