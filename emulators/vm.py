@@ -34,6 +34,7 @@ from .vm_snapshot import SavedVM
 
 _live_vms: weakref.WeakSet[EmulatedVM] = weakref.WeakSet()
 GUEST_RUN_SHARE = "/opt/hilconform/run"  # where the guest sees (its copy of) the run share
+RUNTIME_MODULE_FILE = "runtime.module"  # in the run share: the runtime the guest starts (none: the reference)
 # After QMP fails at start: how long QEMU may take to exit before the QMP error is all we say.
 QEMU_EXIT_GRACE_S = 3.0
 
@@ -140,22 +141,25 @@ class EmulatedVM:
                           ssh_forward_port=self.ssh_port)
         return guest_driver.with_iommu(argv, self.profile)  # a model's guest driver may need one
 
-    def configuration_key(self, runtime_config: str | None = None) -> str:
+    def configuration_key(self, runtime_config: str | None = None, reference_runtime: bool = False) -> str:
         """What a saved VM must share with this one to stand in for its boot (vm_snapshot);
-        `runtime_config`: the key as if the VM had that runtime config instead of its own."""
+        `runtime_config`: the key as if the VM had that runtime config instead of its own;
+        `reference_runtime`: as if its guest ran the reference runtime, not `runtime_module`."""
         argv = self._argv(InstanceLayout(Path("/instance")))  # the same for every instance folder
-        files = self._guest_share_files(runtime_config or self.runtime_config)
+        files = self._guest_share_files(runtime_config or self.runtime_config,
+                                        None if reference_runtime else self.runtime_module)
         return vm_snapshot.configuration_key(
             argv, {name: data for name, (data, _) in files.items()},
             [self.image.kernel, self.image.initramfs, self.image.rootfs])
 
-    def _guest_share_files(self, runtime_config: str | None) -> dict[str, tuple[bytes, int]]:
+    def _guest_share_files(self, runtime_config: str | None,
+                           runtime_module: str | None) -> dict[str, tuple[bytes, int]]:
         """The run share's files at start: name -> (contents, mode)."""
         files: dict[str, tuple[bytes, int]] = {}
         if runtime_config is not None:
             files["runtime.toml"] = (runtime_config.encode(), 0o644)
-        if self.runtime_module:
-            files["runtime.module"] = ((self.runtime_module + "\n").encode(), 0o644)
+        if runtime_module:
+            files[RUNTIME_MODULE_FILE] = runtime_module_file(runtime_module)
         drivers = guest_driver.share_text(self.profile)
         if drivers is not None:
             files[guest_driver.SHARE_FILE] = (drivers.encode(), 0o644)
@@ -165,7 +169,7 @@ class EmulatedVM:
 
     def _write_guest_share(self) -> None:
         self.layout.guest_share.mkdir()
-        for name, (data, mode) in self._guest_share_files(self.runtime_config).items():
+        for name, (data, mode) in self._guest_share_files(self.runtime_config, self.runtime_module).items():
             self._put_in_share(name, data, mode)
 
     def _put_in_share(self, name: str, data: bytes, mode: int) -> None:
@@ -183,6 +187,12 @@ class EmulatedVM:
         """
         self._put_in_share(name, data, mode)
         return self.copy_share_file_to_guest(name)
+
+    def switch_runtime_module(self, module: str) -> None:
+        """The guest starts `module` as its runtime from its next runtime start or boot on: a VM
+        started (restored) with the reference runtime, for a runtime under test of its own."""
+        self.runtime_module = module
+        self.update_run_share(RUNTIME_MODULE_FILE, *runtime_module_file(module))
 
     def copy_share_file_to_guest(self, name: str) -> str:
         """Put the run share's file `name` (already there) into the guest's copy; its guest path."""
@@ -285,6 +295,11 @@ class EmulatedVM:
     def pids(self) -> list[int]:
         pids = [self.qemu.pid] if self.qemu else []
         return pids + [b.process.pid for b in self.queues.values() if b.process]
+
+
+def runtime_module_file(module: str) -> tuple[bytes, int]:
+    """The run share's RUNTIME_MODULE_FILE naming `module`: (contents, mode)."""
+    return (module + "\n").encode(), 0o644
 
 
 def free_loopback_port() -> int:

@@ -8,6 +8,12 @@ every mutant with HILCONFORM_SENSITIVITY=full (as `make self-check` does).
 Each case runs the self-check (python -m hilconform.reports.self_check) as a process (a pytest run inside
 this one would share its plugins and state) into the test's tmp folder and reads the
 sensitivity.json it wrote. A run the test bed broke is an error here, not a failure.
+
+The runs certify the emulated host this session's `--host` names (make test: emulated:a100),
+so their hosts are restored from the VMs this session's suites saved (the run's shared saved
+VMs; a mutant's host is the profile's restored VM with the mutant started as its runtime,
+fixtures/fresh_host.py), not booted again. A session on a real host runs them on the
+self-check's default host.
 """
 
 from __future__ import annotations
@@ -31,6 +37,15 @@ RUN_TIMEOUT_S = 900
 pytestmark = pytest.mark.slow
 
 
+def _host_option(pytestconfig, mutant=None) -> list[str]:
+    """Where a run certifies: where the mutant's catalogue entry says it shows, else this
+    session's emulated host, else the self-check's default."""
+    if mutant is not None and mutant.hosts:
+        return ["--host", mutant.hosts[0]]
+    host = pytestconfig.getoption("--host")
+    return ["--host", host] if host.startswith("emulated:") else []
+
+
 def _run(args: list[str], out: Path) -> dict:
     argv = [*RUNNER, "--out", str(out), "--jobs", "1",
             "--timeout-s", str(RUN_TIMEOUT_S), *args]
@@ -51,8 +66,9 @@ def _log_tail(out: Path, name: str) -> str:
 
 
 # The reference run first: it is the longest, so xdist starts it before the short mutant runs.
-def test_reference_runtime_passes_the_same_selection(tmp_path):
-    data = _run(["--reference-only", "--mutant", *(m.name for m in CHOSEN)], tmp_path)
+def test_reference_runtime_passes_the_same_selection(tmp_path, pytestconfig):
+    data = _run(["--reference-only", "--mutant", *(m.name for m in CHOSEN), *_host_option(pytestconfig)],
+                tmp_path)
     (result,) = data["results"]
     assert result["name"] == REFERENCE
     if result["verdict"] == "broken":
@@ -62,8 +78,8 @@ def test_reference_runtime_passes_the_same_selection(tmp_path):
 
 
 @pytest.mark.parametrize("mutant", CHOSEN, ids=lambda m: m.name)
-def test_mutant_is_killed_by_the_clause_it_breaks(mutant, tmp_path):
-    on_host = ["--host", mutant.hosts[0]] if mutant.hosts else []  # where its catalogue says it shows
+def test_mutant_is_killed_by_the_clause_it_breaks(mutant, tmp_path, pytestconfig):
+    on_host = _host_option(pytestconfig, mutant)
     (result,) = _run(["--mutant", mutant.name, "--no-reference", *on_host], tmp_path)["results"]
     if result["verdict"] == "broken":
         raise InfrastructureError(f"mutant {mutant.name} could not be judged: {result['why']}\n"
