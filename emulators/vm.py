@@ -35,6 +35,7 @@ from .vm_snapshot import SavedVM
 _live_vms: weakref.WeakSet[EmulatedVM] = weakref.WeakSet()
 GUEST_RUN_SHARE = "/opt/hilconform/run"  # where the guest sees (its copy of) the run share
 RUNTIME_MODULE_FILE = "runtime.module"  # in the run share: the runtime the guest starts (none: the reference)
+NODE_SERVICES_FILE = "node-services.sh"  # in the run share: what the guest's init starts before the runtime
 # After QMP fails at start: how long QEMU may take to exit before the QMP error is all we say.
 QEMU_EXIT_GRACE_S = 3.0
 
@@ -56,6 +57,7 @@ class EmulatedVM:
         runtime_module: str | None = None,
         allow_reboot: bool = False,
         ssh_authorized_key: str | None = None,
+        node_services: str | None = None,
     ):
         self.profile = profile
         self.image = image or GuestImage.locate()
@@ -73,6 +75,9 @@ class EmulatedVM:
         # and the loopback port that reaches its port 22 (chosen at start).
         self.ssh_authorized_key = ssh_authorized_key
         self.ssh_port: int | None = None
+        # Shell commands the guest's init runs before it starts the runtime (the kubelet stand-in
+        # of a host started for the device-plugin suites): part of the VM's configuration.
+        self.node_services = node_services
         # One QEMU >= 10.1 for every host where it is set up (toolchain.qemu_binary_for).
         self.qemu_binary = qemu_binary_for(profile)
         self.qemu_version = qemu_version(self.qemu_binary)
@@ -141,25 +146,29 @@ class EmulatedVM:
                           ssh_forward_port=self.ssh_port)
         return guest_driver.with_iommu(argv, self.profile)  # a model's guest driver may need one
 
-    def configuration_key(self, runtime_config: str | None = None, reference_runtime: bool = False) -> str:
+    def configuration_key(self, runtime_config: str | None = None, bare_node: bool = False) -> str:
         """What a saved VM must share with this one to stand in for its boot (vm_snapshot);
         `runtime_config`: the key as if the VM had that runtime config instead of its own;
-        `reference_runtime`: as if its guest ran the reference runtime, not `runtime_module`."""
+        `bare_node`: as if its guest ran the reference runtime (not `runtime_module`) and no
+        `node_services`."""
         argv = self._argv(InstanceLayout(Path("/instance")))  # the same for every instance folder
         files = self._guest_share_files(runtime_config or self.runtime_config,
-                                        None if reference_runtime else self.runtime_module)
+                                        None if bare_node else self.runtime_module,
+                                        None if bare_node else self.node_services)
         return vm_snapshot.configuration_key(
             argv, {name: data for name, (data, _) in files.items()},
             [self.image.kernel, self.image.initramfs, self.image.rootfs])
 
-    def _guest_share_files(self, runtime_config: str | None,
-                           runtime_module: str | None) -> dict[str, tuple[bytes, int]]:
+    def _guest_share_files(self, runtime_config: str | None, runtime_module: str | None,
+                           node_services: str | None) -> dict[str, tuple[bytes, int]]:
         """The run share's files at start: name -> (contents, mode)."""
         files: dict[str, tuple[bytes, int]] = {}
         if runtime_config is not None:
             files["runtime.toml"] = (runtime_config.encode(), 0o644)
         if runtime_module:
             files[RUNTIME_MODULE_FILE] = runtime_module_file(runtime_module)
+        if node_services:
+            files[NODE_SERVICES_FILE] = (node_services.encode(), 0o644)
         drivers = guest_driver.share_text(self.profile)
         if drivers is not None:
             files[guest_driver.SHARE_FILE] = (drivers.encode(), 0o644)
@@ -169,7 +178,8 @@ class EmulatedVM:
 
     def _write_guest_share(self) -> None:
         self.layout.guest_share.mkdir()
-        for name, (data, mode) in self._guest_share_files(self.runtime_config, self.runtime_module).items():
+        for name, (data, mode) in self._guest_share_files(self.runtime_config, self.runtime_module,
+                                                          self.node_services).items():
             self._put_in_share(name, data, mode)
 
     def _put_in_share(self, name: str, data: bytes, mode: int) -> None:
@@ -193,6 +203,17 @@ class EmulatedVM:
         started (restored) with the reference runtime, for a runtime under test of its own."""
         self.runtime_module = module
         self.update_run_share(RUNTIME_MODULE_FILE, *runtime_module_file(module))
+
+    def start_node_services(self, commands: str) -> None:
+        """Run `commands` in the guest now, as its init runs the VM's `node_services` at a boot, and
+        keep them as the VM's (the run share and the guest's copy): a VM started (restored) without
+        them, for a host with them."""
+        self.node_services = commands
+        path = self.update_run_share(NODE_SERVICES_FILE, commands.encode())
+        result = self.agent.run(["/bin/sh", path], timeout_s=60)
+        if result.exit_code != 0:
+            raise InfrastructureError(f"the node's services did not start: exit {result.exit_code} "
+                                      f"{result.stderr.strip()[-500:]}")
 
     def copy_share_file_to_guest(self, name: str) -> str:
         """Put the run share's file `name` (already there) into the guest's copy; its guest path."""

@@ -106,6 +106,11 @@ fi
 # (a stand-in real host is never saved).
 [ -f /opt/hilconform/run/ssh/authorized_keys ] || mount -o remount,ro / || log "root stays read-write"
 
+# What the host asked to run on the node before the runtime (emulators/vm.py node_services: the
+# kubelet stand-in of a host started for the device-plugin suites, as a node's kubelet is up
+# before its device plugins).
+[ -f /opt/hilconform/run/node-services.sh ] && /bin/sh /opt/hilconform/run/node-services.sh
+
 config=/opt/hilconform/run/runtime.toml
 if [ -f "$config" ]; then
     module=hilconform.runtime

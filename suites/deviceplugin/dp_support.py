@@ -102,11 +102,12 @@ def wait_gone(host, bdf: str, timeout_s: float = 30.0) -> None:
 
 
 def fresh_host(host_factory, device_plugin, hotplug_mode: str | None):
-    """A host in its starting state for the plugin under test: an emulated one booted with the
-    reference front end on from the start (nothing for a command plugin); a real host put back
-    after the test (HostFactory.fresh)."""
+    """A host in its starting state for the plugin under test: an emulated one started with the
+    kubelet stand-in on its node and the reference front end on from the start (nothing for a
+    command plugin, which the test starts); a real host put back after the test
+    (HostFactory.fresh)."""
     overrides = device_plugin.boot_overrides if device_plugin is not None else None
-    return host_factory.fresh(hotplug_mode=hotplug_mode, runtime_overrides=overrides)
+    return host_factory.fresh(hotplug_mode=hotplug_mode, runtime_overrides=overrides, kubelet_stand_in=True)
 
 
 def remove_and_await_loss(host, kubelet, plugin, target: str, capability: str, timeout_s: float,

@@ -9,17 +9,26 @@ ListAndWatch message of the new registration, RESTARTS times (every one judged: 
 from __future__ import annotations
 
 import pytest
-from dp_support import advertised, answer_window_s, budget, kubelet_with_plugin, listed_healthy, ms_after
+from dp_support import (
+    advertised,
+    answer_window_s,
+    budget,
+    fresh_host,
+    kubelet_with_plugin,
+    listed_healthy,
+    ms_after,
+)
 
 pytestmark = [pytest.mark.clause("DP-08"), pytest.mark.needs("kubelet-stand-in")]
 
 RESTARTS = 3
 
 
-def test_plugin_registers_again_after_a_kubelet_restart(host, measurements, device_plugin):
+def test_plugin_registers_again_after_a_kubelet_restart(host_factory, measurements, device_plugin):
+    host = fresh_host(host_factory, device_plugin, None)  # the kubelet's restarts stay with this host
     limit = budget(host, "dp_reregister_ms")
     figures = []
-    with kubelet_with_plugin(host, device_plugin) as (kubelet, plugin):
+    with kubelet_with_plugin(host, device_plugin, booted=True) as (kubelet, plugin):
         before = {name: sorted(advertised(r)) for name, r in listed_healthy(kubelet, plugin).items()}
         pid = host.runtime_pid()
         for _ in range(RESTARTS):

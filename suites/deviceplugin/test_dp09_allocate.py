@@ -6,7 +6,7 @@ plugin offers it, prefers only Healthy IDs it was offered, as many as asked."""
 from __future__ import annotations
 
 import pytest
-from dp_support import HEALTHY, advertised, kubelet_with_plugin, listed_healthy
+from dp_support import HEALTHY, advertised, fresh_host, kubelet_with_plugin, listed_healthy
 
 from hilconform.fixtures.kubelet_node import StandInError
 
@@ -22,8 +22,9 @@ def _missing_nodes(host, paths: list[str]) -> list[str]:
     return host.shell(check).stdout.split()
 
 
-def test_allocate_answers_existing_nodes_and_refuses_unknown_ids(host, device_plugin):
-    with kubelet_with_plugin(host, device_plugin) as (kubelet, plugin):
+def test_allocate_answers_existing_nodes_and_refuses_unknown_ids(host_factory, device_plugin):
+    host = fresh_host(host_factory, device_plugin, None)  # a node of the plugin's, started with it
+    with kubelet_with_plugin(host, device_plugin, booted=True) as (kubelet, plugin):
         for name, record in listed_healthy(kubelet, plugin).items():
             ids = sorted(i for i, health in advertised(record).items() if health == HEALTHY)
             containers = [[i] for i in ids] + [ids]

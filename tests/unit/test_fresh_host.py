@@ -14,18 +14,23 @@ PROFILE_CONFIG = "profile config"
 
 
 class _VM:
-    def __init__(self, runtime_config: str, runtime_module: str | None):
+    def __init__(self, runtime_config: str, runtime_module: str | None, node_services: str | None = None):
         self.profile = SimpleNamespace(name="p")
         self.runtime_config, self.runtime_module = runtime_config, runtime_module
+        self.node_services = node_services
         self.ssh_authorized_key = None
         self.log: list[tuple] = []
 
-    def configuration_key(self, runtime_config=None, reference_runtime=False) -> str:
-        module = None if reference_runtime else self.runtime_module
-        return f"{runtime_config or self.runtime_config}|{module}"
+    def configuration_key(self, runtime_config=None, bare_node=False) -> str:
+        module, services = (None, None) if bare_node else (self.runtime_module, self.node_services)
+        return f"{runtime_config or self.runtime_config}|{module}" + (f"|{services}" if services else "")
 
     def start(self, restore=None):
         self.log.append(("start", self.runtime_config, self.runtime_module, restore))
+
+    def start_node_services(self, commands: str):
+        self.node_services = commands
+        self.log.append(("services", commands))
 
     def switch_runtime_module(self, module: str):
         self.runtime_module = module
@@ -59,8 +64,9 @@ class _Saved:
 
 @pytest.fixture(autouse=True)
 def _profile_config(monkeypatch):
-    monkeypatch.setattr(fresh_host, "runtime_config_for",
-                        lambda profile, overrides=None: PROFILE_CONFIG + (f" {overrides}" if overrides else ""))
+    def config_for(profile, overrides=None):
+        return f"{PROFILE_CONFIG} {overrides}" if overrides else PROFILE_CONFIG
+    monkeypatch.setattr(fresh_host, "runtime_config_for", config_for)
 
 
 def test_a_runtime_module_under_test_starts_in_a_restored_host_of_the_reference_runtime():
@@ -72,7 +78,7 @@ def test_a_runtime_module_under_test_starts_in_a_restored_host_of_the_reference_
                       ("module", "hilconform.tests.mutants.skip_drain"),
                       ("restart", None)]
     assert saved.released == [f"{PROFILE_CONFIG}|None"]
-    assert vm.configuration_key() == f"{PROFILE_CONFIG}|hilconform.tests.mutants.skip_drain"  # saved as its own
+    assert vm.configuration_key() == f"{PROFILE_CONFIG}|hilconform.tests.mutants.skip_drain"  # saved so
 
 
 def test_a_module_and_config_of_its_own_both_replace_the_reference_runtimes():
@@ -86,3 +92,20 @@ def test_the_reference_runtime_with_the_profiles_config_starts_as_itself():
     vm = _VM(PROFILE_CONFIG, None)
     assert fresh_host._started_with_profile_config(_Host(vm), _Saved({f"{PROFILE_CONFIG}|None"})) is False
     assert vm.log == []
+
+
+def test_node_services_start_in_a_restored_host_before_its_runtime_as_at_a_boot():
+    vm = _VM(PROFILE_CONFIG + " {'device_plugin': True}", None, node_services="start the kubelet stand-in")
+    host = _Host(vm, {"device_plugin": True})
+    assert fresh_host._started_with_profile_config(host, _Saved({f"{PROFILE_CONFIG}|None"})) is True
+    assert vm.log == [("forget overrides",),
+                      ("start", PROFILE_CONFIG, None, f"saved {PROFILE_CONFIG}|None"),
+                      ("services", "start the kubelet stand-in"),
+                      ("restart", {"device_plugin": True})]
+    assert vm.configuration_key().endswith("|start the kubelet stand-in")  # saved under its own key
+
+
+def test_node_services_alone_make_a_host_start_as_the_profiles_first():
+    vm = _VM(PROFILE_CONFIG, None, node_services="svc")
+    assert fresh_host._started_with_profile_config(_Host(vm), _Saved({f"{PROFILE_CONFIG}|None"})) is True
+    assert vm.log[1][1:3] == (PROFILE_CONFIG, None) and vm.log[2] == ("services", "svc")
