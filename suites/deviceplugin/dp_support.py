@@ -10,7 +10,10 @@ from __future__ import annotations
 import time
 
 from hilconform.fixtures.config_evidence import config_lost  # noqa: F401 (the DP tests import it)
-from hilconform.fixtures.device_plugin import kubelet_with_plugin  # noqa: F401 (the DP tests import it)
+from hilconform.fixtures.device_plugin import (  # noqa: F401 (the DP tests import them)
+    kubelet_with_plugin,
+    running_kubelet,
+)
 from hilconform.fixtures.host_protocol import budget  # noqa: F401 (the DP tests import it from here)
 from hilconform.fixtures.node_clock import node_monotonic_ns_now
 from hilconform.fixtures.uevent_witness import GuestUeventWitness
@@ -49,12 +52,13 @@ def ms_after(record: dict, start_ns: int) -> float:
     return (record["ts_ns"] - start_ns) / 1e6
 
 
-def listed_healthy(kubelet, plugin) -> dict[str, dict]:
-    """Each resource's first message listing all of its managed devices Healthy (resource -> record)."""
+def listed_healthy(kubelet, plugin, since_seq: int = 0) -> dict[str, dict]:
+    """Each resource's first message after `since_seq` listing all of its managed devices Healthy
+    (resource -> record)."""
     found = {}
     for resource in plugin.resources:
         count = len(plugin.managed(resource))
-        found[resource.name] = wait_list(kubelet, resource.name, 0, all_healthy(count), SETTLE_S,
+        found[resource.name] = wait_list(kubelet, resource.name, since_seq, all_healthy(count), SETTLE_S,
                                          f"its {count} managed devices all Healthy")
     return found
 
