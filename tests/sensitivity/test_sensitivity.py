@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from hilconform.emulators.errors import InfrastructureError
-from hilconform.reports.self_check import REFERENCE, load_catalogue, select
+from hilconform.reports.self_check import REFERENCE, load_catalogue, select, union
 
 RUNNER = (sys.executable, "-m", "hilconform.reports.self_check")
 FULL = os.environ.get("HILCONFORM_SENSITIVITY", "") == "full"
@@ -65,8 +65,25 @@ def _log_tail(out: Path, name: str) -> str:
     return log.read_text(errors="replace")[-3000:] if log.exists() else "(no log)"
 
 
+def _run_in_this_session(request, pytestconfig) -> list[str]:
+    """The selection's tests, where this session runs every one of them itself against the
+    reference runtime on the host the reference run would use (make test: the suites on
+    emulated:a100); else []."""
+    host = pytestconfig.getoption("--host")
+    if (not host.startswith("emulated:") or pytestconfig.getoption("--runtime-module")
+            or pytestconfig.getoption("--device-plugin")):
+        return []
+    selection = union(CHOSEN)
+    in_session = {item.nodeid for item in request.session.items}
+    return selection if all(nodeid in in_session for nodeid in selection) else []
+
+
 # The reference run first: it is the longest, so xdist starts it before the short mutant runs.
-def test_reference_runtime_passes_the_same_selection(tmp_path, pytestconfig):
+def test_reference_runtime_passes_the_same_selection(tmp_path, pytestconfig, request):
+    already = _run_in_this_session(request, pytestconfig)
+    if already:
+        pytest.skip(f"this session runs the selection's {len(already)} tests against the reference "
+                    f"runtime on {pytestconfig.getoption('--host')} itself (a failure there fails it)")
     data = _run(["--reference-only", "--mutant", *(m.name for m in CHOSEN), *_host_option(pytestconfig)],
                 tmp_path)
     (result,) = data["results"]
