@@ -40,6 +40,10 @@ all 37 killed, each by its clause's test (27-166 s each).
 DP answer window (--runs 5, 7 hogs, load 6.02 -> 9.96): runs of 4.4, 4.7, 4.3, 5.0 and 5.0 min,
 all exit 0, 34 clauses in every run: 0 flips; then dp_no_reregistration, dp_listed_once,
 dp_never_healthy_again and dp_never_unhealthy under load: all killed (46-98 s).
+2026-12-03 09:46-10:16 UTC, with DP hosts restored with the kubelet stand-in running and DP-08/09 on
+such hosts (--runs 5, 7 hogs, load 6.05 -> 10.82 at most): runs of 5.4, 5.4, 5.3, 5.4 and 5.3 min,
+all exit 0, 34 clauses in every run: 0 flips; then dp_no_reregistration, dp_allocate_missing_nodes
+and dp_ids_per_start under load: all killed (42-70 s).
 Not covered here: emulated:a100-stock. Under make test at -n 3 (load ~3-4, 2026-12-03 07:30) its
 HP-02 failed once (drain events 476 ms apart on the runtime's own clock: the guest starved).
 Target (issue 17): 0 flips in 5 consecutive runs of `hilconform certify --host emulated:a100` at
