@@ -69,9 +69,8 @@ def _run_in_this_session(request, pytestconfig) -> list[str]:
     """The selection's tests, where this session runs every one of them itself against the
     reference runtime on the host the reference run would use (make test: the suites on
     emulated:a100); else []."""
-    host = pytestconfig.getoption("--host")
-    if (not host.startswith("emulated:") or pytestconfig.getoption("--runtime-module")
-            or pytestconfig.getoption("--device-plugin")):
+    if (_host_option(pytestconfig) != ["--host", pytestconfig.getoption("--host")]
+            or pytestconfig.getoption("--runtime-module") or pytestconfig.getoption("--device-plugin")):
         return []
     selection = union(CHOSEN)
     in_session = {item.nodeid for item in request.session.items}
