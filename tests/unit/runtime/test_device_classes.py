@@ -156,6 +156,16 @@ def test_an_nvme_controller_is_ready_only_once_live_and_its_serial_once_identifi
     assert hooks.interrupts_ready(fake.sysfs, NVME, info) is True
 
 
+def test_an_nvme_whose_driver_is_bound_but_has_no_controller_yet_is_not_ready(fake):
+    """The kernel links the driver before it calls the driver's probe, which makes the
+    controller: in between, no controller, no serial (a re-added unit read as serial None,
+    seen on a100-stock's DISC-05, 2026-12-03)."""
+    info = _nvme(fake, driver="nvme")
+    assert hooks_for(info).interrupts_ready(fake.sysfs, NVME, info) is False
+    fake.set_driver(NVME, "vfio-pci")  # another driver makes no nvme controller at all
+    assert hooks_for(info).interrupts_ready(fake.sysfs, NVME, info) is True
+
+
 def test_an_nvme_controller_is_ready_once_udev_finished_its_namespaces(fake, tmp_path):
     info = _nvme(fake, driver="nvme", nvme_inflight=(0, 0), nvme_serial="S", nvme_firmware="1.0")
     hooks = hooks_for(info)
