@@ -14,7 +14,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
-from stand_in_real_host import StandInHost, host_state, outcome, run_suites, start_stand_in
+from stand_in_real_host import StandInHost, host_state, outcome, run_suites
 
 from hilconform.fixtures.real_host import RealHost
 from hilconform.fixtures.real_safety import UnsafeTarget
@@ -28,11 +28,6 @@ MUST_PASS_READ_ONLY = (
     "test_allocate_release_cycle",
     "test_unrenewed_lease_expires_at_its_ttl_and_a_renewed_one_is_kept",
 )
-@pytest.fixture(scope="module")
-def stand_in(tmp_path_factory) -> StandInHost:
-    host = start_stand_in(tmp_path_factory.mktemp("stand-in"))
-    yield host
-    host.vm.stop()
 
 
 def passed_tests(junit: Path) -> set[str]:

@@ -18,7 +18,6 @@ from stand_in_real_host import (
     make_key,
     outcome,
     run_suites,
-    start_stand_in,
     write_ssh_config,
 )
 
@@ -31,13 +30,6 @@ FAKE_PATHS = (
     "printf '#!/bin/sh\\nexec /usr/bin/python3 -S \"$@\"\\n' > /tmp/hilc-nopyudev/python3; "
     "chmod +x /tmp/hilc-nopyudev/python3"
 )
-
-
-@pytest.fixture(scope="module")
-def stand_in(tmp_path_factory) -> StandInHost:
-    host = start_stand_in(tmp_path_factory.mktemp("stand-in-bad-input"))
-    yield host
-    host.vm.stop()
 
 
 def forced_key(stand_in: StandInHost, folder, name: str, path: str):
