@@ -402,8 +402,13 @@ def test_an_endpoint_replaced_before_its_reader_starts_ends_once_with_the_reason
     ListAndWatch reader starts, and must end with the reason, never crash Register."""
     from hilconform.emulators.kubelet_stand_in.endpoint import PluginEndpoint
 
+    # A plugin socket that takes connections and never answers: the stream is still opening when
+    # the close comes (with no socket at all it could fail first, and that would be its reason).
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(tmp_path / "silent.sock"))
+    silent.listen(8)
     for close_first in (True, False):
-        endpoint = PluginEndpoint("example.com/gpu", str(tmp_path / "nobody.sock"), 1 << 20)
+        endpoint = PluginEndpoint("example.com/gpu", str(tmp_path / "silent.sock"), 1 << 20)
         ended = []
         done = threading.Event()
         on_end = lambda ep, reason, ended=ended, done=done: (ended.append(reason), done.set())  # noqa: E731
@@ -415,6 +420,7 @@ def test_an_endpoint_replaced_before_its_reader_starts_ends_once_with_the_reason
             endpoint.close("replaced by a new registration of the same resource")
         assert done.wait(10)
         assert ended == ["replaced by a new registration of the same resource"]
+    silent.close()
 
 
 def test_a_close_racing_the_start_of_the_reader_never_joins_an_unstarted_thread(tmp_path, monkeypatch):
