@@ -129,10 +129,11 @@ class NvmeHooks(BlockHooks):
 
     def interrupts_ready(self, sysfs: Sysfs, bdf: str, info: DeviceInfo) -> bool:
         """As every class, and the node done setting the controller up: the nvme driver's
-        controller made and `live` (before, its serial may read "(efault)") and, where udev runs, udev done with every
-        namespace's block device (its database entry written: blkid's probe read is over).
-        A removal started while udev still reads a namespace leaves that read stuck once bus
-        mastering is off, and the kernel's removal waits for it (del_gendisk)."""
+        controller made and `live` (before, its serial may read "(efault)") and, where udev
+        runs, udev done with every namespace's block device (its database entry written:
+        blkid's probe read is over). A removal started while udev still reads a namespace
+        leaves that read stuck once bus mastering is off, and the kernel's removal waits for it
+        (del_gendisk)."""
         if not super().interrupts_ready(sysfs, bdf, info):
             return False
         controller = (*PCI_DEVICES, bdf, "nvme", "nvme*")

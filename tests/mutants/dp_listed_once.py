@@ -1,8 +1,8 @@
 """Mutant dp_listed_once, breaks DP-05: the device plugin tells the kubelet its devices once.
 
 Plausible bug (users of real plugins report it): the plugin enumerates devices when it starts
-(once they are ready) and sends that one ListAndWatch message; a device hot-added later is never advertised until the
-plugin restarts, and a lost one is never withdrawn.
+(once they are ready) and sends that one ListAndWatch message; a device hot-added later is never
+advertised until the plugin restarts, and a lost one is never withdrawn.
 """
 
 from __future__ import annotations
