@@ -11,10 +11,13 @@ request as soon as one completes, so the queue is never empty and no drain, heal
 not, can finish (tried: every drain timed out).
 
 Checked per removal: drain step `ok` and received after the backend answered the held
-read (a drain cannot be done while a request is in flight), its `elapsed_ms` and the interval between the
-event before it and the drain event (runtime clock) <= the profile's
-`drain_timeout_ms`; no `reset` step in the run, no `reset` part in the `remove` reply,
-no `reset` event for the device.
+read (a drain cannot be done while a request is in flight); its `elapsed_ms` (the runtime's own
+figure, recorded) <= the profile's `drain_timeout_ms`, and the interval between the event before
+it and the drain event (runtime clock) <= `drain_timeout_ms` + `drain_tolerance_ms`: that interval
+also holds the runtime's work between the steps and the guest's waits for a CPU, which a loaded
+test bed stretches (at -n 3 on a100-stock, 2026-12-03: 476 ms), so it gets the profile's
+tolerance for the test bed's latency, as HP-03's give-up does; no `reset` step in the run, no
+`reset` part in the `remove` reply, no `reset` event for the device.
 
 The runtime runs in its shipped configuration. (A runtime that clears bus mastering
 before the drain — the reference runtime's `bus_master_off = "before_drain"` option —
@@ -51,6 +54,7 @@ def test_healthy_queue_drains_without_reset(host_factory, measurements):
     if not slots:
         pytest.skip(f"profile {host.profile.name} has no slot with a command queue")
     timeout_ms = budget(host, "drain_timeout_ms")
+    tolerance_ms = budget(host, "drain_tolerance_ms")
     runtime = host.runtime
     host.settled_inventory()
     drain_ms = []
@@ -78,10 +82,13 @@ def test_healthy_queue_drains_without_reset(host_factory, measurements):
                                  f"backend held for {ANSWER_AFTER_S} s had completed already")
         previous = max((s for s in steps if s["seq"] < drain["seq"]), key=lambda s: s["seq"])
         interval_ms = (drain["ts_ns"] - previous["ts_ns"]) / 1e6
-        drain_ms.append(interval_ms)
-        assert drain["elapsed_ms"] <= timeout_ms and interval_ms <= timeout_ms, (
-            f"drain of {bdf} took {drain['elapsed_ms']} ms (events {interval_ms:.1f} ms apart), "
-            f"over drain_timeout_ms {timeout_ms:g}")
+        drain_ms.append(drain["elapsed_ms"])
+        assert drain["elapsed_ms"] <= timeout_ms, (
+            f"drain of {bdf} took {drain['elapsed_ms']} ms, over drain_timeout_ms {timeout_ms:g}")
+        assert interval_ms <= timeout_ms + tolerance_ms, (
+            f"drain of {bdf} reports {drain['elapsed_ms']} ms, but its event came {interval_ms:.1f} ms "
+            f"after the step before it: over drain_timeout_ms {timeout_ms:g} + drain_tolerance_ms "
+            f"{tolerance_ms:g}")
         assert first_step(steps, "reset") is None, f"healthy queue of {bdf} was reset ({order})"
         assert "reset" not in result, f"remove of {bdf} reports a reset: {result}"
         assert not events_for(runtime, mark, "reset", bdf), f"reset event for {bdf}"
