@@ -44,8 +44,12 @@ dp_never_healthy_again and dp_never_unhealthy under load: all killed (46-98 s).
 such hosts (--runs 5, 7 hogs, load 6.05 -> 10.82 at most): runs of 5.4, 5.4, 5.3, 5.4 and 5.3 min,
 all exit 0, 34 clauses in every run: 0 flips; then dp_no_reregistration, dp_allocate_missing_nodes
 and dp_ids_per_start under load: all killed (42-70 s).
-Not covered here: emulated:a100-stock. Under make test at -n 3 (load ~3-4, 2026-12-03 07:30) its
-HP-02 failed once (drain events 476 ms apart on the runtime's own clock: the guest starved).
+emulated:a100-stock: under make test at -n 3 (load ~3-4, 2026-12-03 07:30) its HP-02 failed once
+(drain events 476 ms apart on the runtime's own clock: the guest starved); HP-02 now judges the
+runtime's elapsed_ms against the timeout and that interval against timeout + drain_tolerance_ms.
+2026-12-03 13:07-13:25 UTC (--host emulated:a100-stock --runs 2, 7 hogs, load 6.04 -> 9.31): runs of
+4.2 and 4.2 min, both exit 0, 33 clauses CONFORMANT in both: 0 flips (HP-02's drains 139-146 ms,
+step intervals 141-154 ms: the tolerance was not needed there). Two runs, not the target's five.
 Target (issue 17): 0 flips in 5 consecutive runs of `hilconform certify --host emulated:a100` at
 load average >= 6; every mutant still killed.
 Usage: benchmarks/loaded_gate.py [--host emulated:a100] [--runs 5] [--load 6] [--suite AREA ...]
