@@ -47,7 +47,7 @@ and dp_ids_per_start under load: all killed (42-70 s).
 emulated:a100-stock: under make test at -n 3 (load ~3-4, 2026-12-03 07:30) its HP-02 failed once
 (drain events 476 ms apart on the runtime's own clock: the guest starved); HP-02 now judges the
 runtime's elapsed_ms against the timeout and that interval against timeout + drain_tolerance_ms.
-2026-12-03 13:07-13:25 UTC (--host emulated:a100-stock --runs 2, 7 hogs, load 6.04 -> 9.31): runs of
+2026-12-03 13:10-13:21 UTC (--host emulated:a100-stock --runs 2, 7 hogs, load 6.04 -> 9.31): runs of
 4.2 and 4.2 min, both exit 0, 33 clauses CONFORMANT in both: 0 flips (HP-02's drains 139-146 ms,
 step intervals 141-154 ms: the tolerance was not needed there). Two runs, not the target's five.
 Target (issue 17): 0 flips in 5 consecutive runs of `hilconform certify --host emulated:a100` at
