@@ -136,15 +136,15 @@ class NvmeHooks(BlockHooks):
         (del_gendisk)."""
         if not super().interrupts_ready(sysfs, bdf, info):
             return False
-        controller = (*PCI_DEVICES, bdf, "nvme", "nvme*")
-        if not sysfs.glob(*controller) and sysfs.driver(bdf) == "nvme":
+        controllers = sysfs.glob(*PCI_DEVICES, bdf, "nvme", "nvme*")
+        if not controllers and sysfs.driver(bdf) == "nvme":
             return False  # the driver's link comes before its probe has made the controller
-        states = [sysfs.read_text(p) for p in sysfs.glob(*controller, "state")]
+        states = [s for s in (sysfs.read_text(c, "state") for c in controllers) if s is not None]
         if states and "live" not in states:
             return False
         if not os.path.isdir(sysfs.path(*UDEV_DATA)):
             return True
-        for dev_file in sysfs.glob(*controller, "nvme*n*", "dev"):
+        for dev_file in (f for c in controllers for f in sysfs.glob(c, "nvme*n*", "dev")):
             numbers = sysfs.read_text(dev_file)
             if numbers and not os.path.exists(sysfs.path(*UDEV_DATA, f"b{numbers}")):
                 return False

@@ -11,10 +11,7 @@ kubelet.sock), so no DP clause would notice it gone: only the cost would (a stan
 
 from __future__ import annotations
 
-from hilconform.fixtures.kubelet_node import NodeKubelet, stand_in_paths
-from hilconform.fixtures.kubelet_site import GUEST_SITE
-
-PIDFILE = stand_in_paths(GUEST_SITE)["pid"]
+from hilconform.fixtures.kubelet_node import NodeKubelet
 
 
 def test_the_stand_in_the_node_started_is_taken_over_not_started_again(host_factory, device_plugin,
@@ -23,9 +20,9 @@ def test_the_stand_in_the_node_started_is_taken_over_not_started_again(host_fact
     for _ in range(2):
         host = host_factory.start(runtime_overrides=device_plugin.boot_overrides, kubelet_stand_in=True)
         made_by.append(host.vm.made_by)
-        started_by_node = host.shell(f"cat {PIDFILE}").check().stdout.strip()
-        assert started_by_node.isdigit(), f"the node recorded no stand-in pid in {PIDFILE}"
         kubelet = NodeKubelet(host)
+        started_by_node = host.shell(f"cat {kubelet.PIDFILE}").check().stdout.strip()
+        assert started_by_node.isdigit(), f"the node recorded no stand-in pid in {kubelet.PIDFILE}"
         kubelet.start()
         try:
             assert kubelet.pid == int(started_by_node), (
