@@ -88,7 +88,7 @@ def config_intact(sysfs: Sysfs, bdf: str, info: DeviceInfo) -> dict:
     """
     problems: list[str] = []
     try:
-        cs = parse_config(sysfs.read_config(bdf))
+        cs = parse_config(sysfs.read_config_header(bdf))  # the header holds all it judges
     except (OSError, ValueError) as exc:
         return {"name": "config_intact", "ok": False, "problems": [f"config unreadable: {exc}"]}
     if not cs.present:
@@ -294,7 +294,7 @@ def mmio_claimed_by_driver(sysfs: Sysfs, bdf: str, index: int) -> tuple[bool, di
     if driver is None:
         return False, {**detail, "error": f"BAR{index} not readable and no driver bound"}, False
     try:
-        cs = parse_config(sysfs.read_config(bdf))
+        cs = parse_config(sysfs.read_config_header(bdf))  # the header holds all it judges
     except (OSError, ValueError) as exc:
         return False, {**detail, "error": f"config unreadable: {exc}"}, False
     programmed = any(b.index == index and b.address for b in cs.bars)

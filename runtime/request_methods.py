@@ -175,6 +175,7 @@ class RequestMethods:
             for dev in chosen:
                 self._move_health(dev, "ALLOCATED", f"allocate:{lease.id}", checkpoints[dev.bdf])
             self.emit("lease", {**lease.to_dict(), "action": "granted"})
+            self._tick_wake.set()  # the ticker watches leases from now on
             return lease.to_dict()
 
     def _choose(self, p: dict, count: int, req_id) -> list[Device]:

@@ -78,6 +78,7 @@ class Service(RequestMethods, HealthWatch, KernelLogReaction, DeviceArrival, Pro
         self._runs = itertools.count(1)
         self._counter = CounterDeltas()
         self._stop = threading.Event()
+        self._tick_wake = threading.Event()  # the ticker: a stop, or leases to watch (_tick)
         self._threads: list[threading.Thread] = []
         self.generation = 0
         self.inventory_complete = False
@@ -154,12 +155,14 @@ class Service(RequestMethods, HealthWatch, KernelLogReaction, DeviceArrival, Pro
             with self._lock:
                 self.emit("shutdown", {"reason": reason})
             self._stop.set()
+            self._tick_wake.set()
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._stop.wait(timeout)
 
     def stop(self) -> None:
         self._stop.set()
+        self._tick_wake.set()
         if self.front_end is not None:
             self.front_end.stop()
         self.watcher.stop()
@@ -236,10 +239,20 @@ class Service(RequestMethods, HealthWatch, KernelLogReaction, DeviceArrival, Pro
 
     # == periodic work ===================================================================
     def _tick(self) -> None:
+        """Lease expiry every `lease_check_ms` while there are leases, the health poll every
+        `health_poll_ms`. With no lease it sleeps until the poll (a grant wakes it): a tick every
+        100 ms cost an idle TCG guest ~2% of its CPU for nothing (issue 17)."""
         lease_s = self.cfg.lease_check_ms / 1000.0
         poll_s = self.cfg.health_poll_ms / 1000.0
         next_poll = time.monotonic() + poll_s
-        while not self._stop.wait(min(lease_s, max(0.0, next_poll - time.monotonic()))):
+        while True:
+            with self._lock:
+                watching = bool(self.leases.all())
+            wait_s = max(0.0, next_poll - time.monotonic())
+            self._tick_wake.wait(min(lease_s, wait_s) if watching else wait_s)
+            self._tick_wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self._expire_leases()
                 if time.monotonic() >= next_poll:

@@ -6,7 +6,8 @@ Measured on the node's clock: the plugin's process start (/proc) to the stand-in
 first ListAndWatch message. The stand-in checks version and name as the kubelet does (refused
 registrations are recorded as `register_refused`), dials the endpoint in the plugin directory
 and asks the options before it answers Register. The plugin is started STARTS times, with one
-kubelet running throughout (as on a node, where a plugin restarts under a running kubelet).
+kubelet running throughout (as on a node, where a plugin restarts under a running kubelet): started
+once, then restarted (stopped and started again at once) STARTS - 1 times.
 
 Judged over the test bed's floor (fixtures/floor_judgement.py): before each start a bare python3
 importing grpc times its own start on the node; a profile with `dp_first_list_over_floor_ms`
@@ -33,45 +34,48 @@ BUDGETS = FloorBudgets(absolute="dp_first_list_ms", share="dp_first_list_over_fl
 def test_plugin_registers_and_lists_within_budget(host, measurements, device_plugin):
     figures, floors = [], []
     with running_kubelet(host) as kubelet:
-        for _ in range(STARTS):
-            floor_ms = bare_python_start_ms(host, ("grpc",))
-            firsts = _start_and_check(host, device_plugin, kubelet, kubelet.last_seq())
-            figures += firsts
-            floors += [floor_ms] * len(firsts)
+        floor_ms, mark = bare_python_start_ms(host, ("grpc",)), kubelet.last_seq()
+        with kubelet_with_plugin(host, device_plugin, kubelet=kubelet) as (kubelet, plugin):
+            for start in range(STARTS):
+                if start:  # a restart of the running plugin, under the same kubelet
+                    floor_ms, mark = bare_python_start_ms(host, ("grpc",)), kubelet.last_seq()
+                    kubelet.plugin_started_ns = plugin.restart()
+                firsts = _check_start(host, kubelet, plugin, mark)
+                figures += firsts
+                floors += [floor_ms] * len(firsts)
     judge_over_floor(host, measurements, "DP-01", "first_list", figures, floors, BUDGETS, stat="max")
 
 
-def _start_and_check(host, device_plugin, kubelet, mark: int) -> list[float]:
-    """One start of the plugin under the running `kubelet`, checked by what reached it after
-    `mark`; each resource's first ListAndWatch message, ms after the plugin's start."""
+def _check_start(host, kubelet, plugin, mark: int) -> list[float]:
+    """One start of the plugin (at `kubelet.plugin_started_ns`), checked by what reached the
+    kubelet after `mark`; each resource's first ListAndWatch message, ms after the plugin's start."""
     figures = []
-    with kubelet_with_plugin(host, device_plugin, kubelet=kubelet) as (kubelet, plugin):
-        started = kubelet.plugin_started_ns
-        expected = {r.name for r in plugin.resources}
-        for resource in sorted(expected):
-            first = kubelet.wait_record(
-                f"first ListAndWatch message of {resource}",
-                lambda r, name=resource: r["kind"] == "list_and_watch" and r["resource"] == name,
-                mark, SETTLE_S)
-            records = kubelet.records(mark)
-            refused = [r for r in records if r["kind"] == "register_refused"]
-            assert refused == [], f"the kubelet refused registrations: {refused}"
-            mine = [r for r in records if r["resource"] == resource]
-            accepted = [r for r in mine if r["kind"] == "register_accepted"]
-            asked = [r for r in mine if r["kind"] == "register_request"]
-            options = [r for r in mine if r["kind"] == "options"]
-            assert accepted and asked and options, f"{resource}: no accepted registration in {records}"
-            request = asked[-1]["message"]
-            assert request["version"] == "v1beta1", request
-            assert request["endpoint"] and "/" not in request["endpoint"], (
-                f"endpoint {request['endpoint']!r} is not a socket name in the plugin directory")
-            assert options[-1]["seq"] < accepted[-1]["seq"] < first["seq"], (
-                "GetDevicePluginOptions must be answered during Register, before the stream opens")
-            figures.append(ms_after(first, started))
-        state = kubelet.state()["resources"]
-        assert set(state) == expected, f"registered {sorted(state)}; the plugin serves {sorted(expected)}"
-        sockets = host.shell(f"ls {kubelet.plugin_dir}").stdout.split()
-        for resource in expected:
-            endpoint = state[resource]["endpoint"]
-            assert endpoint in sockets, f"{resource}'s endpoint {endpoint} is not in {kubelet.plugin_dir}"
+    started = kubelet.plugin_started_ns
+    expected = {r.name for r in plugin.resources}
+    for resource in sorted(expected):
+        first = kubelet.wait_record(
+            f"first ListAndWatch message of {resource}",
+            lambda r, name=resource: r["kind"] == "list_and_watch" and r["resource"] == name,
+            mark, SETTLE_S)
+        records = kubelet.records(mark)
+        refused = [r for r in records if r["kind"] == "register_refused"]
+        assert refused == [], f"the kubelet refused registrations: {refused}"
+        mine = [r for r in records if r["resource"] == resource]
+        accepted = [r for r in mine if r["kind"] == "register_accepted"]
+        asked = [r for r in mine if r["kind"] == "register_request"]
+        options = [r for r in mine if r["kind"] == "options"]
+        assert accepted and asked and options, f"{resource}: no accepted registration in {records}"
+        request = asked[-1]["message"]
+        assert request["version"] == "v1beta1", request
+        assert request["endpoint"] and "/" not in request["endpoint"], (
+            f"endpoint {request['endpoint']!r} is not a socket name in the plugin directory")
+        assert options[-1]["seq"] < accepted[-1]["seq"] < first["seq"], (
+            "GetDevicePluginOptions must be answered during Register, before the stream opens")
+        figures.append(ms_after(first, started))
+    state = kubelet.state()["resources"]
+    assert set(state) == expected, f"registered {sorted(state)}; the plugin serves {sorted(expected)}"
+    sockets = host.shell(f"ls {kubelet.plugin_dir}").stdout.split()
+    for resource in expected:
+        endpoint = state[resource]["endpoint"]
+        assert endpoint in sockets, f"{resource}'s endpoint {endpoint} is not in {kubelet.plugin_dir}"
     return figures

@@ -1,8 +1,8 @@
 """A host restored from a saved ready VM is, to the suites, the host a boot gives (issue 17).
 
 On the device-model hosts (a100; mixed, with the U250 and T4 models; QEMU 11.1: migratable):
-one host booted plainly, one booted and saved (the first of its configuration), and one restored
-from that save. All three must show the
+one host booted plainly (a100), one booted and saved (the first of its configuration), and one
+restored from that save. All of them must show the
 same ground truth (QEMU's query-pci), the same guest view (lspci with the config space's first
 bytes, the read-only root, the code run from tmpfs), and the same runtime state: every device with
 the same BDF, fingerprint, identity, states, info and pool membership; no lease, no holder. A
@@ -71,21 +71,29 @@ def own_saved_vms(monkeypatch):
     saved.clear()
 
 
-@pytest.mark.parametrize("profile", ["a100", "mixed"])  # mixed: the Alveo U250 and T4 models
-def test_a_restored_model_host_is_the_host_a_boot_gives(own_saved_vms, profile):
-    booted = _host(profile, restoring=False)
-    try:
-        expected = _view(booted)
-    finally:
-        booted.close()
-    assert expected["runtime"] and all(d["state"] == "HEALTHY" for d in expected["runtime"])
+# a100: a plain boot, the first host (booted and saved) and a restored one; mixed (the Alveo U250
+# and T4 models): the saved host and the restored one (the plain boot proved on a100 that a save
+# leaves its host as a boot does; ~16 s less).
+@pytest.mark.parametrize("profile, plain_boot", [("a100", True), ("mixed", False)], ids=["a100", "mixed"])
+def test_a_restored_model_host_is_the_host_a_boot_gives(own_saved_vms, profile, plain_boot):
+    expected = None
+    if plain_boot:
+        booted = _host(profile, restoring=False)
+        try:
+            expected = _view(booted)
+        finally:
+            booted.close()
 
     first = _host(profile, restoring=True)  # the first of its configuration: booted, then saved
     try:
         assert first.vm.made_by == "boot" and why_booted() == {}
-        assert _view(first) == expected  # the save left it as it was
+        if expected is None:
+            expected = _view(first)
+        else:
+            assert _view(first) == expected  # the save left it as it was
     finally:
         first.close()
+    assert expected["runtime"] and all(d["state"] == "HEALTHY" for d in expected["runtime"])
 
     requested = time.monotonic()
     restored = _host(profile, restoring=True)

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from model_vm import running_vm
+from model_vm import own_vm, running_vm
 
 from hilconform.emulators.hotplug import remove
 from hilconform.emulators.profile import load_profile
@@ -185,7 +185,7 @@ def test_link_trained_below_capability(vm, gpu0):
 
 
 def test_server_death_left_on_the_bus_then_removed_by_the_supervisor():
-    with EmulatedVM(load_profile("a100")) as vm:
+    with own_vm("a100") as vm:
         gpu1 = vm.models.server("gpu1")
         assert read(vm, GPU1, "magic") == R["magic_value"]
         died = time.monotonic()
@@ -232,7 +232,7 @@ def test_fpga_shell_survives_a_reboot_while_the_gpu_reinitialises():
 
 
 def test_hung_server_noticed_and_removed_by_the_supervisor():
-    with EmulatedVM(load_profile("a100")) as vm:
+    with own_vm("a100") as vm:
         server = vm.models.server("gpu1")
         mark = vm.qmp.mark()
         vm.models.supervise("gpu1", "remove", vm.qmp)

@@ -308,6 +308,21 @@ def test_lease_expires_after_a_short_ttl(harness):
     assert c.ok("leases")["leases"] == []
 
 
+def test_with_no_lease_the_ticker_sleeps_until_the_health_poll(harness):
+    """An idle runtime does not wake every lease_check_ms (issue 17: under TCG those wake-ups cost
+    ~2% of a guest's CPU); the first grant wakes it (test_lease_expires_after_a_short_ttl: an hour's
+    health poll there, and the lease still expires on time)."""
+    c = healthy_nvme(harness, lease_check_ms=20)
+    checks = []
+    expire = harness.svc._expire_leases
+    harness.svc._expire_leases = lambda: (checks.append(time.monotonic()), expire())
+    time.sleep(0.5)
+    assert checks == [], f"{len(checks)} lease checks in 0.5 s with no lease"
+    lease = c.ok("allocate", {"device": Harness.NVME})
+    time.sleep(0.3)
+    assert len(checks) >= 5, f"{len(checks)} lease checks in 0.3 s while {lease['lease']} is held"
+
+
 def test_renewed_lease_is_kept(harness):
     c = healthy_nvme(harness, lease_ttl_s=0.4, lease_check_ms=20)
     lease = c.ok("allocate", {"device": Harness.NVME})
