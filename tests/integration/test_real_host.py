@@ -68,7 +68,8 @@ def junit_counts(junit: Path) -> dict[str, int]:
 
 
 def test_destructive_suites_pass_and_every_device_comes_back(stand_in, tmp_path):
-    """The whole suites with --allow-destructive (slow ones left to lab runs, as read-only): no
+    """The suites' tests that change the host (--changing-only: the part the read-only run above
+    skipped or left out) with --allow-destructive (slow ones left to lab runs, as read-only): no
     error, no failure; what the stand-in offers runs; every device is back afterwards."""
 
     def devices() -> str:
@@ -79,8 +80,8 @@ def test_destructive_suites_pass_and_every_device_comes_back(stand_in, tmp_path)
     journal = tmp_path / "journal.jsonl"
     junit = tmp_path / "junit.xml"
     # The DP suite has a test of its own below (all of it here would add ~9 min under TCG).
-    done = run_suites(stand_in, "suites", "-m", "not slow", "--allow-destructive", "--real-journal",
-                      str(journal), f"--junitxml={junit}", "--ignore=suites/deviceplugin")
+    done = run_suites(stand_in, "suites", "-m", "not slow", "--changing-only", "--allow-destructive",
+                      "--real-journal", str(journal), f"--junitxml={junit}", "--ignore=suites/deviceplugin")
     assert done.returncode == 0, outcome(done)
     properties = {p.get("name"): p.get("value") for p in ElementTree.parse(junit).getroot().iter("property")}
     assert properties.get("runtime") == "hilconform-reference", properties

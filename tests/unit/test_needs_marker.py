@@ -161,3 +161,16 @@ def test_a_marker_naming_an_unknown_capability_is_a_usage_error(tmp_path):
 )
 def test_the_reason_names_the_host_and_the_capability(needed, offered, allow, reason):
     assert unmet(needed, frozenset(offered), "h", allow) == reason
+
+
+def test_changing_only_keeps_the_tests_that_change_the_host(tmp_path):
+    """--changing-only: a test marked destructive or needing a capability that changes the host
+    (aer-fatal, orderly-removal) is kept; one needing only what a read-only run may use is not."""
+    (tmp_path / "test_marked.py").write_text(
+        "import pytest\n\n\n@pytest.mark.destructive\ndef test_marked(host):\n    pass\n"
+    )
+    result = inner_run(tmp_path, "--host", "real:local", "--collect-only", "--changing-only")
+    collected = {line.rsplit("::", 1)[-1] for line in result.stdout.splitlines() if "::" in line}
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert collected == {"test_read_only", "test_factory", "test_marked"}, result.stdout
+    assert "(3 deselected)" in result.stdout, result.stdout
