@@ -341,12 +341,17 @@ class Server:
             self._close_all()
 
     def _drain_wake(self) -> None:
-        self._woken = False  # before reading: a wake from now on writes again (sessions settle after)
+        """Empty the wake pipe, then let the next wake write again. In that order: cleared first, a
+        wake between the clear and the read had its byte read here and left `_woken` set with the
+        pipe empty, so every later wake was lost and the loop turned only on its select timeout
+        (found when that timeout went from 0.1 s to 1 s). A wake during the read is not lost: its
+        session was marked dirty before it, and dirty sessions settle after this."""
         try:
             while os.read(self._rpipe, 4096):
                 pass
         except BlockingIOError:
             pass
+        self._woken = False
 
     def _select_timeout(self) -> float:
         """No wait with work pending; a short one while something must be polled (accepting
