@@ -204,11 +204,13 @@ class SavedVMs:
             partial.write_text(why)
             os.replace(partial, self.shared / (key + UNSAVED_SUFFIX))
 
-    def restorable(self, key: str, wait_s: float = BOOT_WAIT_S) -> SavedVM | None:
+    def restorable(self, key: str, wait_s: float = BOOT_WAIT_S, while_waiting=None) -> SavedVM | None:
         """The saved VM of configuration `key`, if there is one or another process of the run is
         booting that configuration to save it (then once it is saved: waited for, up to `wait_s`).
         None: this process boots it, and holds the claim on it until `release(key)`; or the
-        configuration is never saved (`why_booted` says why)."""
+        configuration is never saved (`why_booted` says why). `while_waiting()`: called once if
+        this process has to wait, to use the time (boot and save another configuration the run
+        will want: fixtures/fresh_host.py)."""
         deadline = time.monotonic() + wait_s
         while True:
             saved = self.get(key)
@@ -220,7 +222,23 @@ class SavedVMs:
                 return None
             if _claim(self.shared / (key + CLAIM_SUFFIX)) or time.monotonic() > deadline:
                 return None
+            if while_waiting is not None:
+                while_waiting, use_the_wait = None, while_waiting
+                use_the_wait()
+                continue
             time.sleep(CLAIM_POLL_S)
+
+    def claim_if_free(self, key: str) -> bool:
+        """Take the claim on booting `key` when nobody saved, claimed or gave up on it; whether
+        this process now holds it (then `release(key)` it). Never waits."""
+        if self.shared is None or self.get(key) is not None or key in self.why_booted:
+            return False
+        if (self.shared / (key + UNSAVED_SUFFIX)).exists() or not _claim(self.shared / (key + CLAIM_SUFFIX)):
+            return False
+        if self.get(key) is not None:  # saved between the look and the claim
+            self.release(key)
+            return False
+        return True
 
     def release(self, key: str) -> None:
         """Give up this process's claim on booting `key` (saved, never saved, or the boot failed:

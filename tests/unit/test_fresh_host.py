@@ -55,7 +55,7 @@ class _Saved:
     def __init__(self, keys: set[str]):
         self.keys, self.why_booted, self.released = keys, {}, []
 
-    def restorable(self, key):
+    def restorable(self, key, while_waiting=None):
         return f"saved {key}" if key in self.keys else None
 
     def release(self, key):

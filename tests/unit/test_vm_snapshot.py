@@ -249,3 +249,34 @@ def test_a_restored_guest_whose_clock_is_right_is_not_stepped():
     agent = _LateGuest(lag_s=0.0)
     vm_snapshot.resume_guest(SimpleNamespace(agent=agent), vm_snapshot.SavedVM("k", Path("s"), {}, ""))
     assert len(agent.commands) == 2
+
+
+def test_a_wait_for_another_process_boot_is_used_once_and_a_free_configuration_claimed(monkeypatch, tmp_path):
+    """`restorable(..., while_waiting)`: called once when the process has to wait (the host factory
+    boots the other hot-plug mode then), not when it boots or restores at once; `claim_if_free`
+    claims only a configuration nobody saved, claims or gave up on."""
+    monkeypatch.setattr(vm_snapshot, "save", _fake_save)
+    monkeypatch.setattr(vm_snapshot, "CLAIM_POLL_S", 0.01)
+    key, other_key = "k" * 64, "o" * 64
+    booter = subprocess.Popen(["sleep", "30"])
+    try:
+        _claim_of(tmp_path / (key + vm_snapshot.CLAIM_SUFFIX), booter.pid)
+        saver, waiter = vm_snapshot.SavedVMs(shared=tmp_path), vm_snapshot.SavedVMs(shared=tmp_path)
+        used = []
+
+        def use_the_wait():
+            used.append(waiter.claim_if_free(other_key))
+            assert not waiter.claim_if_free(key), "claimed a configuration another process is booting"
+            waiter.release(other_key)
+            saver.remember(_vm(), key)  # the other process's save lands meanwhile
+
+        saved = waiter.restorable(key, wait_s=20, while_waiting=use_the_wait)
+        assert saved is not None and saved.key == key and used == [True]
+        assert waiter.restorable(key, while_waiting=lambda: used.append("again")) == saved
+        assert used == [True], "called without a wait"
+        assert not waiter.claim_if_free(key), "claimed a saved configuration"
+        waiter.never_saved(other_key, "QEMU says no")
+        assert not vm_snapshot.SavedVMs(shared=tmp_path).claim_if_free(other_key), "claimed one given up on"
+    finally:
+        booter.kill()
+        booter.wait()
