@@ -121,15 +121,20 @@ class KernelLogFollower:
         self._fd: int | None = None
         # stop() writes here: the follower waits in select for records or a stop, with no
         # timeout turns (a 0.2 s turn cost an idle TCG guest ~1% of its CPU, issue 17)
-        self._wake_r, self._wake_w = os.pipe()
+        self._wake_r: int | None = None
+        self._wake_w: int | None = None
 
     def start(self) -> bool:
         try:
             self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
             if not self.from_start:
                 os.lseek(self._fd, 0, os.SEEK_END)
+            self._wake_r, self._wake_w = os.pipe()
         except OSError as exc:
             log.warning(f"kernel log {self.path} not followed: {exc}")
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
             return False
         self._thread = threading.Thread(target=self._run, name="kernel-log", daemon=True)
         self._thread.start()
