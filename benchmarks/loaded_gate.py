@@ -50,6 +50,10 @@ runtime's elapsed_ms against the timeout and that interval against timeout + dra
 2026-12-03 13:10-13:21 UTC (--host emulated:a100-stock --runs 2, 7 hogs, load 6.04 -> 9.31): runs of
 4.2 and 4.2 min, both exit 0, 33 clauses CONFORMANT in both: 0 flips (HP-02's drains 139-146 ms,
 step intervals 141-154 ms: the tolerance was not needed there). Two runs, not the target's five.
+2026-12-03 15:55-16:05 UTC at e182ed3, after the runtime's idle timers were cut (health checkpoint
+from the config header, no lease ticks without leases, 1 s idle select, kernel log woken by a
+pipe) and the transport's lost wake fixed (--runs 2, 7 hogs, load 6.07 -> 9.08): runs of 4.0 and
+3.9 min, both exit 0, 34 clauses CONFORMANT in both: 0 flips. Two runs, not five.
 Target (issue 17): 0 flips in 5 consecutive runs of `hilconform certify --host emulated:a100` at
 load average >= 6; every mutant still killed.
 Usage: benchmarks/loaded_gate.py [--host emulated:a100] [--runs 5] [--load 6] [--suite AREA ...]
