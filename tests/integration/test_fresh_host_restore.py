@@ -74,7 +74,10 @@ def own_saved_vms(monkeypatch):
 # a100: a plain boot, the first host (booted and saved) and a restored one; mixed (the Alveo U250
 # and T4 models): the saved host and the restored one (the plain boot proved on a100 that a save
 # leaves its host as a boot does; ~16 s less).
-@pytest.mark.parametrize("profile, plain_boot", [("a100", True), ("mixed", False)], ids=["a100", "mixed"])
+@pytest.mark.parametrize("profile, plain_boot", [
+    ("a100", True),
+    pytest.param("mixed", False, marks=pytest.mark.extended),  # a second model profile: make test-extended
+], ids=["a100", "mixed"])
 def test_a_restored_model_host_is_the_host_a_boot_gives(own_saved_vms, profile, plain_boot):
     expected = None
     if plain_boot:
@@ -135,6 +138,7 @@ def test_a_restored_model_host_is_the_host_a_boot_gives(own_saved_vms, profile, 
         mine.close()
 
 
+@pytest.mark.extended  # the stock variant's hosts: make test-extended, with its suites
 def test_a_stock_host_is_restored_exactly_when_its_qemu_can_migrate_it(own_saved_vms):
     """Debian 12's QEMU 7.2 marks its nvme non-migratable: the stock host boots each time and QEMU's
     reason is kept. A QEMU that migrates nvme (11.1 does) restores it like any other host."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from xml.etree import ElementTree
 
+import pytest
 from stand_in_real_host import StandInHost, outcome, run_suites, start_stand_in
 
 AER02 = "suites/aer/test_aer02_fatal.py::test_aer02_fatal_error_link_reset_then_recovered_or_faulted"
@@ -32,6 +33,11 @@ def _run_aer02(host: StandInHost, tmp_path: Path, *extra: str) -> tuple[dict, st
     return counts, outcome(done)
 
 
+# make test-extended (~55 s: a model stand-in of its own boots, a VM with sshd is never saved).
+# The gate proves AER-02 through the real-host backend on the stock stand-in (the destructive run
+# of test_real_host.py); the runtime's counting from the kernel's line has unit tests
+# (tests/unit/runtime/test_aer.py, test_service.py).
+@pytest.mark.extended
 def test_a_fatal_error_a_device_reports_itself_is_counted_and_judged(tmp_path):
     """The reference runtime passes AER-02 there; a runtime counting the counters alone fails it.
     One test, one stand-in: as two tests they landed on both xdist workers, each booting its own
