@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import instance_dir
+from . import guest_clock, instance_dir
 from .errors import InfrastructureError
 from .pci_inventory import function_below, query_pci
 from .process_identity import ProcessIdentity, read_pid_file
@@ -57,8 +57,6 @@ CLAIM_SUFFIX = ".booting"  # a process of the run is booting this configuration 
 UNSAVED_SUFFIX = ".unsaved"  # why this configuration is never saved (a line of text)
 BOOT_WAIT_S = 180.0  # how long a process waits for another's boot and save; then it boots too
 CLAIM_POLL_S = 0.2
-CLOCK_STEP_S = 0.2  # a restored guest's wall clock further off than this is stepped by the offset
-CLOCK_OFF_LIMIT_S = 1.0  # and further off than this after the step is an error
 
 
 @dataclass(frozen=True)
@@ -114,32 +112,11 @@ def save(vm, key: str, stream: Path) -> SavedVM:
 
 def resume_guest(vm, saved: SavedVM) -> None:
     """In a restored guest, now running: the wall clock set to the host's (it stood still while
-    saved; the guest's monotonic clock and boot time agree with each other, as after a boot) and
-    the model devices' registers back, in one command; then the runtime released."""
-    script = f"date -s @{time.time_ns() / 1e9:.6f} >/dev/null"
-    if saved.guest_registers:
-        script += f" && setpci {saved.guest_registers}"
-    result = vm.agent.shell(script, timeout_s=20)
-    if result.exit_code != 0:
-        raise InfrastructureError(f"restored guest: could not set its clock or put the device "
-                                  f"registers back: {result.stderr.strip()}")
-    off_s = _guest_clock_offset_s(vm)
-    if abs(off_s) > CLOCK_STEP_S:  # the command ran late (a loaded machine): step it by what it lost
-        step = vm.agent.shell(f"n=$(( $(date +%s%N) + {int(-off_s * 1e9)} )); "
-                              'date -s "@$((n / 1000000000)).$(printf %09d $((n % 1000000000)))" >/dev/null',
-                              timeout_s=20)
-        off_s = _guest_clock_offset_s(vm)
-        if step.exit_code != 0 or abs(off_s) > CLOCK_OFF_LIMIT_S:
-            raise InfrastructureError(f"the restored guest's clock is {abs(off_s):.1f} s off the host's "
-                                      f"{step.stderr.strip()}")
+    saved; emulators/guest_clock.py) and the model devices' registers back, in one command; then
+    the runtime released."""
+    also = f"setpci {saved.guest_registers}" if saved.guest_registers else ""
+    guest_clock.set_wall_clock(vm, "restored guest", also)
     vm.agent.shell(HOLD_RUNTIME.format("CONT"), timeout_s=20)
-
-
-def _guest_clock_offset_s(vm) -> float:
-    """The guest's wall clock less the host's, taken at the middle of the agent's round trip."""
-    before = time.time_ns()
-    guest_ns = vm.agent.call("guest-get-time")
-    return (guest_ns - (before + time.time_ns()) / 2) / 1e9
 
 
 def _model_registers(vm) -> str:

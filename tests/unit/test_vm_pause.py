@@ -1,0 +1,66 @@
+"""EmulatedVM.pause / resume: a shared host held still between the tests that share it.
+
+The QMP session and guest agent are stand-ins recording what they were asked; the real VM path
+runs in every suite run (the `host` fixture pauses the worker's shared host after each test)."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+from hilconform.emulators.vm import EmulatedVM
+
+
+class _Qmp:
+    def __init__(self):
+        self.commands = []
+
+    def execute(self, command, arguments=None, timeout_s=10.0):
+        self.commands.append(command)
+        return {}
+
+
+class _Agent:
+    """A guest whose wall clock stood still for `behind_s` while paused; `date -s` sets it."""
+
+    def __init__(self, behind_s: float):
+        self.offset_ns, self.scripts = -int(behind_s * 1e9), []
+
+    def shell(self, script, timeout_s=30.0):
+        self.scripts.append(script)
+        if script.startswith("date -s @"):
+            self.offset_ns = 0
+        return SimpleNamespace(exit_code=0, stderr="")
+
+    def call(self, command):
+        assert command == "guest-get-time"
+        return time.time_ns() + self.offset_ns
+
+
+def _vm(alive: bool = True) -> EmulatedVM:
+    vm = EmulatedVM.__new__(EmulatedVM)  # no QEMU: only what pause/resume touch
+    vm.profile = SimpleNamespace(name="a100")
+    vm.qmp, vm.agent = _Qmp(), _Agent(behind_s=30.0)
+    vm.qemu = SimpleNamespace(alive=lambda: alive)
+    vm.paused, vm._stopped = False, False
+    return vm
+
+
+def test_a_paused_vm_is_stopped_once_and_resumed_with_its_wall_clock_put_back():
+    vm = _vm()
+    vm.pause()
+    vm.pause()
+    assert vm.qmp.commands == ["stop"] and vm.paused
+    vm.resume()
+    assert vm.qmp.commands == ["stop", "cont"] and not vm.paused
+    assert vm.agent.scripts and vm.agent.scripts[0].startswith("date -s @")
+    assert abs(vm.agent.offset_ns) < 0.1e9, "the guest's wall clock was left behind the host's"
+
+
+def test_a_running_vm_is_not_resumed_and_a_dead_one_not_paused():
+    running = _vm()
+    running.resume()
+    assert running.qmp.commands == [] and running.agent.scripts == []
+    dead = _vm(alive=False)
+    dead.pause()
+    assert dead.qmp.commands == [] and not dead.paused
