@@ -15,3 +15,13 @@ def stand_in(tmp_path_factory) -> StandInHost:
     host = start_stand_in(tmp_path_factory.mktemp("stand-in"))
     yield host
     host.vm.stop()
+
+
+@pytest.fixture(autouse=True)
+def _stand_in_paused_after(request):
+    """The session's stand-in held still after each test that used it (EmulatedVM.pause: an idle
+    guest costs ~4% of a host core under TCG, for the rest of the session); its next use wakes it
+    (StandInHost.awake)."""
+    yield
+    if "stand_in" in request.fixturenames:
+        request.getfixturevalue("stand_in").vm.pause()

@@ -52,12 +52,22 @@ class StandInHost:
     key: Path
     ssh_config: Path
 
+    def awake(self) -> StandInHost:
+        """The stand-in, running: the session's one is paused between the tests that use it
+        (conftest.py), and every way in (ssh, target, ssh_port) wakes it first."""
+        self.vm.resume()
+        return self
+
+    @property
+    def ssh_port(self) -> int:
+        return self.awake().vm.ssh_port
+
     @property
     def target(self) -> str:
-        return f"real:ssh://root@127.0.0.1:{self.vm.ssh_port}"
+        return f"real:ssh://root@127.0.0.1:{self.ssh_port}"
 
     def ssh(self, command: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess:
-        return subprocess.run(["ssh", "-F", str(self.ssh_config), "-p", str(self.vm.ssh_port),
+        return subprocess.run(["ssh", "-F", str(self.ssh_config), "-p", str(self.ssh_port),
                                "root@127.0.0.1", command], capture_output=True, text=True, timeout=timeout_s)
 
 

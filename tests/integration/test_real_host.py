@@ -135,7 +135,7 @@ def test_real01_fails_when_the_profile_demands_a_faster_link(stand_in, tmp_path)
 
 def test_boot_disk_and_ssh_link_are_protected_even_when_destructive(stand_in, tmp_path):
     """The survey finds the root disk (00:02.0) and the SSH NIC (00:06.0); actions on them are refused."""
-    runner = SshRunner("127.0.0.1", "root", stand_in.vm.ssh_port, str(stand_in.ssh_config))
+    runner = SshRunner("127.0.0.1", "root", stand_in.ssh_port, str(stand_in.ssh_config))
     host = RealHost(runner, "emulated-guest", True, tmp_path / "journal.jsonl", name="stand-in")
     try:
         host.preflight()
