@@ -350,14 +350,14 @@ def configuration_key(argv: list[str], share_files: dict[str, bytes], files: lis
     return digest.hexdigest()
 
 
-def start_from_saved(vm):
+def start_bare_vm(vm):
     """Start `vm`, a VM without a runtime (an emulator-level test's), restored from the run's
     saved VM of its configuration, or booted and then saved for the next one; the VM (`made_by`
     says which). A VM with a runtime is saved only once its runtime is quiet: the host factory's
     fixtures/fresh_host.py does that. A VM with sshd (its root writable) or one QEMU cannot
     migrate just boots."""
     if vm.runtime_config is not None:
-        raise ValueError("start_from_saved is for VMs without a runtime (fixtures/fresh_host.py "
+        raise ValueError("start_bare_vm is for VMs without a runtime (fixtures/fresh_host.py "
                          "saves a host once its runtime is quiet)")
     if vm.ssh_authorized_key is not None:
         return vm.start()

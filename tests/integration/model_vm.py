@@ -20,7 +20,7 @@ from hilconform.emulators.vm import EmulatedVM
 @contextlib.contextmanager
 def own_vm(profile: str | HostProfile) -> Iterator[EmulatedVM]:
     """A VM of `profile` for the block, restored or booted (the first of its configuration)."""
-    machine = vm_snapshot.start_from_saved(EmulatedVM(load_profile(profile) if isinstance(profile, str)
+    machine = vm_snapshot.start_bare_vm(EmulatedVM(load_profile(profile) if isinstance(profile, str)
                                                       else profile))
     try:
         yield machine

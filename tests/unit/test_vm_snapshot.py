@@ -283,7 +283,7 @@ def test_a_wait_for_another_process_boot_is_used_once_and_a_free_configuration_c
 
 
 class _BareVM:
-    """An EmulatedVM without a runtime, as start_from_saved sees it: its key, and how it started."""
+    """An EmulatedVM without a runtime, as start_bare_vm sees it: its key, and how it started."""
 
     def __init__(self, ssh: str | None = None):
         self.runtime_config, self.ssh_authorized_key, self.made_by = None, ssh, None
@@ -300,11 +300,11 @@ class _BareVM:
 def test_a_vm_without_a_runtime_boots_once_per_run_then_is_restored(monkeypatch, tmp_path):
     monkeypatch.setattr(vm_snapshot, "save", _fake_save)
     monkeypatch.setattr(vm_snapshot, "_process_saved", vm_snapshot.SavedVMs(shared=tmp_path))
-    assert vm_snapshot.start_from_saved(_BareVM()).made_by == "boot"
-    assert vm_snapshot.start_from_saved(_BareVM()).made_by == "restore"
+    assert vm_snapshot.start_bare_vm(_BareVM()).made_by == "boot"
+    assert vm_snapshot.start_bare_vm(_BareVM()).made_by == "restore"
     assert not list(tmp_path.glob("*" + vm_snapshot.CLAIM_SUFFIX)), "a claim was left behind"
-    assert vm_snapshot.start_from_saved(_BareVM(ssh="ssh-ed25519 AAAA")).made_by == "boot"  # root writable
+    assert vm_snapshot.start_bare_vm(_BareVM(ssh="ssh-ed25519 AAAA")).made_by == "boot"  # root writable
     with_runtime = _BareVM()
     with_runtime.runtime_config = "name = 'x'\n"
     with pytest.raises(ValueError, match="without a runtime"):
-        vm_snapshot.start_from_saved(with_runtime)
+        vm_snapshot.start_bare_vm(with_runtime)
