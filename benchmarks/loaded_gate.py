@@ -54,6 +54,11 @@ step intervals 141-154 ms: the tolerance was not needed there). Two runs, not th
 from the config header, no lease ticks without leases, 1 s idle select, kernel log woken by a
 pipe) and the transport's lost wake fixed (--runs 2, 7 hogs, load 6.07 -> 9.08): runs of 4.0 and
 3.9 min, both exit 0, 34 clauses CONFORMANT in both: 0 flips. Two runs, not five.
+2026-12-03 18:02-18:12 UTC at 8b86617, shared hosts paused between their tests (--runs 2, 7 hogs,
+load 6.07 -> 9.14): 4.2 min CONFORMANT, then 4.0 min exit 2: DISC-05 broken (a restored acpi
+guest's udev queue not empty within guest_quiet's 20 s): 1 flip. guest_quiet waits 60 s since
+f327b88; at f327b88, 18:16-18:26 UTC (load 6.00 -> 8.84): 3.9 and 3.8 min, both exit 0, 34 clauses
+CONFORMANT in both: 0 flips.
 Target (issue 17): 0 flips in 5 consecutive runs of `hilconform certify --host emulated:a100` at
 load average >= 6; every mutant still killed.
 Usage: benchmarks/loaded_gate.py [--host emulated:a100] [--runs 5] [--load 6] [--suite AREA ...]
