@@ -1,10 +1,14 @@
 """EmulatedVM.pause / resume: a shared host held still between the tests that share it.
 
-The QMP session and guest agent are stand-ins recording what they were asked; the real VM path
-runs in every suite run (the `host` fixture pauses the worker's shared host after each test)."""
+The QMP session and guest agent are stand-ins recording what they were asked, and the `host`
+fixture's use of them is checked in an inner pytest run with the shared host replaced by a
+recorder; the real VM path runs in every suite run on an emulated host."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from types import SimpleNamespace
 
@@ -64,3 +68,50 @@ def test_a_running_vm_is_not_resumed_and_a_dead_one_not_paused():
     dead = _vm(alive=False)
     dead.pause()
     assert dead.qmp.commands == [] and not dead.paused
+
+
+SHARED_HOST_STAND_IN = '''
+import json
+import pytest
+
+CALLS = []
+
+
+class FakeVM:
+    def check_alive(self):
+        CALLS.append("check_alive")
+
+    def resume(self):
+        CALLS.append("resume")
+
+    def pause(self):
+        CALLS.append("pause")
+
+
+class FakeHost:
+    vm = FakeVM()
+
+    def use(self):
+        CALLS.append("test")
+
+
+@pytest.fixture(scope="session")
+def _shared_host():
+    yield FakeHost()
+    with open("calls.json", "w") as out:
+        json.dump(CALLS, out)
+'''
+
+
+def test_the_host_fixture_resumes_the_shared_host_for_each_test_and_pauses_it_after(tmp_path):
+    """An inner pytest run (the plugin loaded, the worker's shared host replaced by a recorder):
+    two read-only tests each get it checked and resumed before they use it, paused after."""
+    (tmp_path / "conftest.py").write_text(SHARED_HOST_STAND_IN)
+    (tmp_path / "test_two.py").write_text("def test_one(host):\n    host.use()\n\n\n"
+                                          "def test_two(host):\n    host.use()\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "hilconform.fixtures.plugin", "-p",
+                           "no:cacheprovider", "-q", "--host", "emulated:a100", str(tmp_path)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    calls = json.loads((tmp_path / "calls.json").read_text())
+    assert calls == ["check_alive", "resume", "test", "pause"] * 2, calls
