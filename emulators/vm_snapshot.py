@@ -208,11 +208,11 @@ class SavedVMs:
     def claim_if_free(self, key: str) -> bool:
         """Take the claim on booting `key` when nobody saved, claimed or gave up on it; whether
         this process now holds it (then `release(key)` it). Never waits."""
-        if self.shared is None or self.get(key) is not None or key in self.why_booted:
+        if self.shared is None or key in self.why_booted:
             return False
         if (self.shared / (key + UNSAVED_SUFFIX)).exists() or not _claim(self.shared / (key + CLAIM_SUFFIX)):
             return False
-        if self.get(key) is not None:  # saved between the look and the claim
+        if self.get(key) is not None:  # saved already (a save leaves no claim to refuse this one)
             self.release(key)
             return False
         return True
