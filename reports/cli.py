@@ -16,7 +16,15 @@ from pathlib import Path
 
 from . import allure_files
 from .certificate import CertificateInvalid
-from .certify import CHECKOUT, CertifyError, CertifyOptions, available_suites, certify, finish
+from .certify import (
+    CHECKOUT,
+    EMULATED_WORKERS,
+    CertifyError,
+    CertifyOptions,
+    available_suites,
+    certify,
+    finish,
+)
 from .diff import IncomparableRuns, diff_runs
 from .run_folder import NotARunFolder, RunFolder
 
@@ -76,8 +84,8 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="parallel pytest workers, one VM each (default 2 on an emulated host, 1 on a real host, "
-        "which runs one runtime; 0 = no xdist)",
+        help=f"parallel pytest workers, one VM each (default {EMULATED_WORKERS} on an emulated host, 1 on a "
+        "real host, which runs one runtime; 0 = no xdist)",
     )
     run.add_argument(
         "--runtime-module",
