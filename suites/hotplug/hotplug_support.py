@@ -12,10 +12,12 @@ from __future__ import annotations
 import pytest
 
 from hilconform.fixtures.errors import InfrastructureError, WaitTimeout
+from hilconform.fixtures.floor_judgement import judge_interval_over_stalls  # noqa: F401 (HP-02/03 import it)
 from hilconform.fixtures.host_protocol import budget  # noqa: F401 (the HP tests import it from here)
 from hilconform.fixtures.runtime_client import RuntimeCallError
 from hilconform.fixtures.runtime_waits import REMOVED_TIMEOUT_S, wait_self_check_end  # noqa: F401 (HP tests)
 from hilconform.fixtures.runtime_waits import subscribe_live as subscribe  # noqa: F401 (for the HP tests)
+from hilconform.fixtures.stall_witness import GuestStallWitness, stalled_ms  # noqa: F401 (HP-02/03 import them)
 
 HOT_ADD_END_TIMEOUT_S = 30.0  # device_add -> self-check end: ~0.5-2 s on TCG, steps retry up to 3 s each
 DEVICE_DELETED_TIMEOUT_S = 20.0  # the runtime's slot power-off -> QEMU DEVICE_DELETED: ~1.1 s

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hilconform.fixtures.errors import Inconclusive, InfrastructureError
-from hilconform.fixtures.floor_judgement import FloorBudgets, judge_over_floor
+from hilconform.fixtures.floor_judgement import FloorBudgets, judge_interval_over_stalls, judge_over_floor
 
 KEYS = FloorBudgets(absolute="total_ms", share="share_ms", floor_limit="floor_limit_ms")
 
@@ -76,3 +76,46 @@ def test_a_missing_floor_limit_is_a_test_bed_error():
 def test_totals_and_floors_must_pair_up():
     with pytest.raises(ValueError):
         _judge(_Host(share_ms=500, floor_limit_ms=3000), [1000, 2000], [100])
+
+
+# -- a timed interval judged over the node's stalls (HP-02/HP-03) ----------------------------------
+
+def _judge_interval(host, total_ms, stall_ms, low=150, high=450):
+    measurements = _Measurements()
+    judge_interval_over_stalls(host, measurements, "HP-03", "give_up", total_ms, stall_ms, low, high,
+                               "stall_limit_ms")
+    return measurements.recorded
+
+
+def test_an_interval_within_its_window_passes_whatever_the_profile():
+    for host in (_Host(), _Host(stall_limit_ms=1000)):
+        recorded = _judge_interval(host, 305, 0)
+        assert recorded["give_up"].values == [305]
+
+
+def test_an_early_interval_fails_whatever_the_stalls():
+    for host in (_Host(), _Host(stall_limit_ms=1000)):
+        with pytest.raises(AssertionError, match="earlier than 150"):
+            _judge_interval(host, 100, 0)
+
+
+def test_a_late_interval_on_a_profile_without_a_stall_limit_is_judged_whole():
+    with pytest.raises(AssertionError, match="MISSED"):
+        _judge_interval(_Host(), 653, 400)  # stalls do not excuse it on a real host
+
+
+def test_a_late_interval_whose_stalls_account_for_it_passes():
+    recorded = _judge_interval(_Host(stall_limit_ms=1000), 653, 350)
+    assert recorded["give_up"].budget is None  # recorded, not judged
+    assert recorded["give_up_over_stalls"].max == 303 and recorded["give_up_over_stalls"].within_budget
+    assert recorded["give_up_stalled"].within_budget
+
+
+def test_a_late_interval_beyond_its_stalls_fails_when_the_stalls_met_their_limit():
+    with pytest.raises(AssertionError, match="stalls met their limit"):
+        _judge_interval(_Host(stall_limit_ms=1000), 3000, 200)  # a 3 s drain timeout
+
+
+def test_a_late_interval_beyond_its_stalls_is_inconclusive_when_the_node_stalled_past_its_limit():
+    with pytest.raises(Inconclusive, match="too slow to judge"):
+        _judge_interval(_Host(stall_limit_ms=1000), 3000, 1500)
