@@ -112,7 +112,7 @@ def test_a_late_interval_whose_stalls_account_for_it_passes():
 
 
 def test_a_late_interval_beyond_its_stalls_fails_when_the_stalls_met_their_limit():
-    with pytest.raises(AssertionError, match="stalls met their limit"):
+    with pytest.raises(AssertionError, match="stalls inside the interval met its limit"):
         _judge_interval(_Host(stall_limit_ms=1000), 3000, 200)  # a 3 s drain timeout
 
 
