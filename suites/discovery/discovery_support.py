@@ -27,6 +27,7 @@ from hilconform.fixtures.runtime_waits import (  # noqa: F401 (the DISC tests im
     wait_removed,
     wait_self_check_end,
 )
+from hilconform.fixtures.udev_settle import wait_udev_settled
 from hilconform.fixtures.uevent_witness import GuestUeventWitness  # noqa: F401 (DISC-02/04 use it)
 
 REMOVED_CAUSES = {"hot_remove", "surprise", "vanished"}  # docs/protocol.md, event `removed`
@@ -56,9 +57,7 @@ def guest_quiet(host, bdf: str | None = None, timeout_s: float = QUIET_TIMEOUT_S
 
     Discovery clauses do not exercise those paths, so they remove quiet devices.
     """
-    result = host.run(["udevadm", "settle", f"--timeout={timeout_s:.0f}"], timeout_s=timeout_s + 10)
-    if result.exit_code != 0:
-        raise InfrastructureError(f"the guest's udev queue did not empty within {timeout_s:.0f}s")
+    wait_udev_settled(host, timeout_s)
     if bdf is None:
         return
     if not BDF_RE.match(bdf):

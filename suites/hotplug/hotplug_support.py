@@ -18,6 +18,7 @@ from hilconform.fixtures.runtime_client import RuntimeCallError
 from hilconform.fixtures.runtime_waits import REMOVED_TIMEOUT_S, wait_self_check_end  # noqa: F401 (HP tests)
 from hilconform.fixtures.runtime_waits import subscribe_live as subscribe  # noqa: F401 (for the HP tests)
 from hilconform.fixtures.stall_witness import GuestStallWitness, stalled_ms  # noqa: F401 (HP-02/03 import them)
+from hilconform.fixtures.udev_settle import wait_udev_settled
 
 HOT_ADD_END_TIMEOUT_S = 30.0  # device_add -> self-check end: ~0.5-2 s on TCG, steps retry up to 3 s each
 DEVICE_DELETED_TIMEOUT_S = 20.0  # the runtime's slot power-off -> QEMU DEVICE_DELETED: ~1.1 s
@@ -154,10 +155,7 @@ def hot_add_and_settle(host, slot_name: str) -> tuple[object, str, list[dict]]:
 def guest_udev_settle(host, timeout_s: float = 20.0) -> None:
     """Wait until the guest's udev has handled every event (a new nvme's namespace is
     probed by udev's blkid: reads the removal's drain would otherwise find in flight)."""
-    result = host.run(["udevadm", "settle", f"--timeout={timeout_s:.0f}"], timeout_s=timeout_s + 10)
-    if result.exit_code != 0:
-        raise InfrastructureError(f"guest udev did not settle within {timeout_s:.0f}s: "
-                                  f"{result.stderr.strip()[:300]}")
+    wait_udev_settled(host, timeout_s)
 
 
 def wait_device_deleted(host, qmp_mark: int, device_id: str,
