@@ -59,6 +59,19 @@ load 6.07 -> 9.14): 4.2 min CONFORMANT, then 4.0 min exit 2: DISC-05 broken (a r
 guest's udev queue not empty within guest_quiet's 20 s): 1 flip. guest_quiet waits 60 s since
 f327b88; at f327b88, 18:16-18:26 UTC (load 6.00 -> 8.84): 3.9 and 3.8 min, both exit 0, 34 clauses
 CONFORMANT in both: 0 flips.
+Certify at 3 workers (6de40b0). Before the loaded gate: both hosts certified side by side at -n 2
+each (four VMs on 2 cores, 19:24 UTC) failed HP-03 on a100 (drain start -> reset 653 ms against
+300 +- 150: the guest's virtual CPU starved), so HP-02/HP-03 now judge a late drain interval less
+the node's stalls inside it (fixtures/stall_witness.py, 851619b). At 851619b (19:57-20:07, load
+6.02 -> 9.38): run 1 exit 0, run 2 exit 2, DISC-02 broken: `udevadm settle --timeout=60` failed
+in the guest within ~2 s (the test took 4 s), read as "queue not empty"; since 60ac9fb such a
+failure goes on waiting by udevd's /run/udev/queue marker (fixtures/udev_settle.py). At 60ac9fb
+(--runs 5, 7 hogs, 20:09-20:32 UTC, load 6.03 -> 11.13 at most): runs of 3.3, 3.2, 3.3, 3.4 and
+3.2 min, all exit 0, 34 clauses CONFORMANT in every run: 0 flips (HP-03's stalls inside the
+give-up 3-5 ms, HP-02's 0-36 ms). Then the 8 timed mutants under the same hogs (load 10.42 ->
+7.57): slow_discovery, cold_start_settle, storm_drops_events, drain_timeout_3s,
+reset_without_budget, late_renewals_dropped, leases_never_expire, dp_slow_registration: all
+killed (25-134 s each).
 Target (issue 17): 0 flips in 5 consecutive runs of `hilconform certify --host emulated:a100` at
 load average >= 6; every mutant still killed.
 Usage: benchmarks/loaded_gate.py [--host emulated:a100] [--runs 5] [--load 6] [--suite AREA ...]
