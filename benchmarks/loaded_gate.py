@@ -71,7 +71,9 @@ failure goes on waiting by udevd's /run/udev/queue marker (fixtures/udev_settle.
 give-up 3-5 ms, HP-02's 0-36 ms). Then the 8 timed mutants under the same hogs (load 10.42 ->
 7.57): slow_discovery, cold_start_settle, storm_drops_events, drain_timeout_3s,
 reset_without_budget, late_renewals_dropped, leases_never_expire, dp_slow_registration: all
-killed (25-134 s each).
+killed (25-134 s each). emulated:a100-stock at bdea0db (--runs 3, 7 hogs, 21:07-21:18 UTC, load
+6.03 -> 9.96): runs of 2.9, 3.6 and 2.8 min, all exit 0, 33 clauses CONFORMANT in every run: 0
+flips. Three runs, not five.
 Target (issue 17): 0 flips in 5 consecutive runs of `hilconform certify --host emulated:a100` at
 load average >= 6; every mutant still killed.
 Usage: benchmarks/loaded_gate.py [--host emulated:a100] [--runs 5] [--load 6] [--suite AREA ...]
