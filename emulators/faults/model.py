@@ -42,6 +42,9 @@ class ModelQueue:
     def resume(self) -> None:
         self._device.stick_queue(False)
 
+    def resume_after_next_look(self) -> None:
+        self._device.answer_queue_after_next_look()
+
 
 class ModelFaults(FaultsBase):
     # -- the guest's view of the registers ------------------------------------------------------

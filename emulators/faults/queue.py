@@ -72,6 +72,21 @@ class QueueStall:
                 self._resumed.set()
             return self.resumed_ns
 
+    def answer_at_next_look(self) -> int:
+        """Let the "hardware" answer once the guest looks at the queue again (a device model sees
+        its in-flight count read: that read still finds the commands in flight); a backend that
+        cannot see the guest look (an NBD export) answers now. The host time it was armed.
+        `resume()` afterwards still ends the stall for certain."""
+        arm = getattr(self._backend, "resume_after_next_look", None)
+        if arm is None:
+            return self.resume()
+        with self._lock:
+            if self.resumed_ns is None:
+                if self._timer is not None:
+                    self._timer.cancel()
+                arm()
+            return time.monotonic_ns()
+
     def wait_resumed(self, timeout_s: float) -> int:
         if not self._resumed.wait(timeout_s):
             raise WaitTimeout(f"queue of {self.slot} not resumed within {timeout_s:.1f}s")

@@ -183,6 +183,11 @@ class ModelDevice:
         with self.lock:
             self.queue.set_stuck(stuck)
 
+    def answer_queue_after_next_look(self) -> None:
+        """A stuck queue answers right after the guest's next read of its in-flight count."""
+        with self.lock:
+            self.queue.answer_after_next_look()
+
     def slow_queue(self, service_s: float | None) -> None:
         """Each command takes service_s; None restores the model's own service time."""
         with self.lock:

@@ -41,6 +41,8 @@ class CommandQueue:
         self.service_s = service_s
         self.clock = clock
         self.stuck = False
+        self.answer_on_look = False  # stuck until the next read of the in-flight count, then answers
+        self.answered_at: float | None = None  # clock() when that read let the queue go
         self.counters = QueueCounters()
         self._due: collections.deque[float] = collections.deque()
 
@@ -69,7 +71,23 @@ class CommandQueue:
             self.counters.head = (self.counters.head + 1) & MASK32
             self.counters.completions = (self.counters.completions + 1) & MASK32
 
+    def answer_after_next_look(self) -> None:
+        """A stuck queue goes on answering once the in-flight count has been read once more:
+        that read still sees the commands in flight. The precondition "a command in flight when
+        the drain looks, answered while it polls" is then set by the drain's own first look,
+        not by a delay that races it (HP-02, fixtures/preconditions.py)."""
+        if self.stuck:
+            self.answer_on_look = True
+            self.answered_at = None
+
+    def looked(self) -> None:
+        """The in-flight count was read (after its value was taken)."""
+        if self.stuck and self.answer_on_look:
+            self.set_stuck(False)
+            self.answered_at = self.clock()
+
     def set_stuck(self, stuck: bool) -> None:
+        self.answer_on_look = False
         if stuck:
             self.advance()
             self.stuck = True
@@ -127,6 +145,8 @@ class RegisterFile:
             r["queue_in_flight"]: self.queue.in_flight,
             r["queue_rejected"]: c.rejected,
         }
+        if offset == r["queue_in_flight"]:
+            self.queue.looked()
         return values.get(offset, 0)
 
     def write32(self, offset: int, value: int) -> None:

@@ -1,30 +1,39 @@
 """HP-02 healthy queue: with work in flight the removal's drain finishes within
 drain_timeout_ms and no reset happens.
 
-Work in flight: one direct 4 KiB read that the "hardware" holds for ANSWER_AFTER_S
-and then completes (the slot's NBD backend is stopped with `faults.stall_queue`, which
-issues the read and verifies it is stuck, and a timer resumes it ANSWER_AFTER_S later;
-nothing else is submitted). The removal is requested right after, so the drain starts
-with that request in flight (`polls` > 1: its first poll did not read 0) and must see it
-complete well inside the timeout. A continuous read loop is not used: it submits a new
-request as soon as one completes, so the queue is never empty and no drain, healthy or
-not, can finish (tried: every drain timed out).
+Precondition (the test bed's; missed: inconclusive): one 4 KiB read is in flight on the
+device when the removal's drain starts, and the "hardware" answers it while the drain
+polls. The slot's queue is stalled with `faults.stall_queue` (it issues the read and
+verifies it is stuck) and *held* until the runtime's own event shows the removal under
+way: its first step after `begin` (`isolate`, the step before the drain); then the read is
+answered (fixtures/preconditions.py: event, not delay; deadline HOLD_DEADLINE_S): a device
+model answers right after the drain's next read of its in-flight count (that read still finds
+it in flight: `QueueStall.answer_at_next_look`), an NBD-backed nvme at once (~8 ms). A fixed
+hold raced the runtime: on a loaded host the drain began after a 0.12 s hold had ended and
+a correct runtime was called NONCONFORMANT. Missed, and so inconclusive: the runtime
+announced no step before its drain; the drain's first poll already found the queue empty
+(`polls` < 2: the read was answered before the drain looked); a drain that gave up less
+than half its timeout after the read was answered (the host released it late).
 
-Checked per removal: drain step `ok` and received after the backend answered the held
-read (a drain cannot be done while a request is in flight); its `elapsed_ms` (the runtime's own
-figure, recorded) <= the profile's `drain_timeout_ms`, and the interval between the event before
-it and the drain event (runtime clock) <= `drain_timeout_ms` + `drain_tolerance_ms`: that interval
-also holds the runtime's work between the steps and the guest's waits for a CPU, which a loaded
-test bed stretches (at -n 3 on a100-stock, 2026-12-03: 476 ms), so it gets the profile's
-tolerance for the test bed's latency, as HP-03's give-up does; where the node stalled inside that interval (an
-independent stall witness: fixtures/stall_witness.py) a profile with `drain_stall_limit_ms` judges
-it less the stalls, as HP-03 does; no `reset` step in the run, no `reset` part in the `remove`
-reply, no `reset` event for the device.
+Behaviour (the runtime's; wrong: fail), per removal: a drain step, `ok`, never reported
+done before the read was answered (on the host's clock: the drain event received before
+the release; on the runtime's: the drain ended sooner after `isolate` than the release
+came after the host received `isolate`); its `elapsed_ms` (the runtime's own figure,
+recorded) <= the profile's `drain_timeout_ms`, and the interval between the event before it
+and the drain event (runtime clock) <= `drain_timeout_ms` + `drain_tolerance_ms`: that
+interval also holds the runtime's work between the steps and the guest's waits for a CPU,
+which a loaded test bed stretches (at -n 3 on a100-stock, 2026-12-03: 476 ms), so it gets
+the profile's tolerance for the test bed's latency, as HP-03's give-up does; where the node
+stalled inside that interval (an independent stall witness: fixtures/stall_witness.py) a
+profile with `drain_stall_limit_ms` judges it less the stalls, as HP-03 does; no `reset`
+step in the run, no `reset` part in the `remove` reply, no `reset` event for the device.
 
-The runtime runs in its shipped configuration. (A runtime that clears bus mastering
-before the drain — the reference runtime's `bus_master_off = "before_drain"` option —
-fails this clause: the nvme cannot DMA the completion of the read in flight, so even a
-healthy queue cannot drain and the removal ends in a forced reset.)
+A continuous read loop is not used: it submits a new request as soon as one completes,
+so the queue is never empty and no drain, healthy or not, can finish (tried: every drain
+timed out). The runtime runs in its shipped configuration. (A runtime that clears bus
+mastering before the drain — the reference runtime's `bus_master_off = "before_drain"`
+option — fails this clause: the nvme cannot DMA the completion of the read in flight, so
+even a healthy queue cannot drain and the removal ends in a forced reset.)
 """
 
 from __future__ import annotations
@@ -48,11 +57,18 @@ from hotplug_support import (
 pytestmark = [pytest.mark.clause("HP-02"), pytest.mark.destructive]
 
 DEVICES = 3  # removals per run (each one sample of the drain time)
-ANSWER_AFTER_S = 0.12  # the held read completes this long after stall_queue returns
+HOLD_DEADLINE_S = 10.0  # the removal's first step comes within ms of the request; then released anyway
+HOLD_WAIT_S = 60.0  # the hold's thread is over long before this (the deadline, or the event)
+
+
+def _is_removal_step(bdf: str):
+    """A `procedure` event of the device's hot_remove run past its `begin`: the removal acting."""
+    return lambda d: (d.get("device") == bdf and d.get("procedure") == "hot_remove"
+                      and d.get("step") != "begin")
 
 
 @pytest.mark.needs("queue-stall")
-def test_healthy_queue_drains_without_reset(host_factory, measurements):
+def test_healthy_queue_drains_without_reset(host_factory, measurements, preconditions):
     host = host_factory.start()
     slots = [s for s in host.profile.slots
              if s.populated and "queue-stall" in host.faults.slot_capabilities(s.name)][:DEVICES]
@@ -63,34 +79,37 @@ def test_healthy_queue_drains_without_reset(host_factory, measurements):
     runtime = host.runtime
     host.settled_inventory()
     drain_ms, removals = [], []
-    witness = GuestStallWitness(host)  # started first: the reads in flight are held for ANSWER_AFTER_S only
+    witness = GuestStallWitness(host)  # started first: it times the node's stalls during the drains
     try:
         for slot in slots:
             bdf = host.target_bdf(slot.name)
-            stall = host.faults.stall_queue(slot.name, resume_after_s=ANSWER_AFTER_S)
-            mark = subscribe(runtime)
-            result = runtime.call("remove", {"device": bdf}, timeout_s=REMOVE_CALL_TIMEOUT_S)
-            end = wait_procedure_end(runtime, bdf, "hot_remove", mark, REMOVED_TIMEOUT_S)
-            removals.append((slot, bdf, stall, mark, result, end))
+            stall = host.faults.stall_queue(slot.name)  # held until the removal acts, not on a timer
+            try:
+                mark = subscribe(runtime)
+                hold = preconditions.hold(
+                    f"read_in_flight_{slot.name}", "a read in flight when the drain starts, answered "
+                    "while it polls", runtime, "procedure", mark, _is_removal_step(bdf),
+                    "the removal's first step after begin (isolate)", stall.answer_at_next_look,
+                    HOLD_DEADLINE_S,
+                    held_from_ns=stall.record.injected_ns)
+                result = runtime.call("remove", {"device": bdf}, timeout_s=REMOVE_CALL_TIMEOUT_S)
+                end = wait_procedure_end(runtime, bdf, "hot_remove", mark, REMOVED_TIMEOUT_S)
+                held = hold.wait(HOLD_WAIT_S)
+            finally:
+                stall.resume()  # idempotent: a failed call never leaves the backend stopped
+            removals.append((slot, bdf, held, mark, result, end))
     finally:
         stalls = witness.stop()
-    for slot, bdf, stall, mark, result, end in removals:
-        stall.wait_resumed(10)
+    for slot, bdf, held, mark, result, end in removals:
         steps = run_steps(runtime, mark, end["data"]["run"])
         order = describe_steps(steps)
         drain = first_step(steps, "drain")
         assert drain is not None, f"no drain step in the removal of {bdf} ({order})"
+        _judge_precondition(preconditions, held, drain, steps, bdf, timeout_ms, order)
         assert drain["status"] == "ok", (
             f"healthy queue of {bdf} did not drain: {drain} (steps: {order})")
-        assert drain["host_ns"] > stall.resume_at_ns, (
-            f"drain of {bdf} reported done {(stall.resume_at_ns - drain['host_ns']) / 1e6:.0f} ms before "
-            f"the backend could answer the read in flight (it held the read until then): the queue "
-            f"was not drained ({drain})")
         assert drain.get("polls", 0) > 0, (
             f"drain of {bdf} reported ok without reading the queue once ({drain})")
-        if drain.get("polls", 0) < 2:
-            raise AssertionError(f"drain of {bdf} found nothing in flight ({drain}): the read the "
-                                 f"backend held for {ANSWER_AFTER_S} s had completed already")
         previous = max((s for s in steps if s["seq"] < drain["seq"]), key=lambda s: s["seq"])
         interval_ms = (drain["ts_ns"] - previous["ts_ns"]) / 1e6
         drain_ms.append(drain["elapsed_ms"])
@@ -106,3 +125,43 @@ def test_healthy_queue_drains_without_reset(host_factory, measurements):
     measurements.record("HP-02", "healthy_drain", drain_ms, "ms", budget=timeout_ms,
                         budget_stat="max")
     assert runtime.violations == []
+
+
+def _judge_precondition(preconditions, held, drain: dict, steps: list[dict], bdf: str,
+                        timeout_ms: float, order: str) -> None:
+    """Fail what the runtime did wrong while the read was held; inconclusive where the test bed
+    did not have the read in flight when the drain began and answered while it polled."""
+    trigger = held.event
+    if trigger is None:
+        preconditions.missed(held, f"the removal of {bdf} showed no step within {HOLD_DEADLINE_S:g} s "
+                                   f"of its request ({order})")
+    released_ns = held.released_ns
+    if drain["status"] == "ok":
+        if drain["host_ns"] < released_ns:
+            raise AssertionError(
+                f"drain of {bdf} reported done {(released_ns - drain['host_ns']) / 1e6:.1f} ms before the "
+                f"backend answered the read it held in flight: the queue was not drained ({drain})")
+        start = next(s for s in steps if s["seq"] == trigger["seq"])
+        release_after_ms = (released_ns - start["host_ns"]) / 1e6  # host: receipt of the step -> release
+        drain_after_ms = (drain["ts_ns"] - start["ts_ns"]) / 1e6  # runtime clock: that step -> drain done
+        if drain_after_ms < release_after_ms:
+            raise AssertionError(
+                f"drain of {bdf} ended {drain_after_ms:.1f} ms after the {start['step']} step (runtime "
+                f"clock), but the backend answered the read it held only {release_after_ms:.1f} ms after "
+                f"the host received that step: the drain reported done while the read was in flight "
+                f"({drain})")
+    if trigger["data"].get("step") == "drain":
+        preconditions.missed(held, f"the runtime announced no step of the removal of {bdf} before its "
+                                   f"drain, so the read could not be answered while it polled ({order})")
+    if drain["status"] == "ok" and drain.get("polls", 0) == 1:
+        preconditions.missed(held, f"the drain of {bdf} found the queue empty at its first poll: the "
+                                   f"read answered {held.held_ms} ms into the hold had completed before "
+                                   f"the drain looked ({drain})")
+    if drain["status"] != "ok":
+        answered_before_ms = (drain["host_ns"] - released_ns) / 1e6
+        if answered_before_ms < timeout_ms / 2:
+            preconditions.missed(held, f"the read was answered only {answered_before_ms:.1f} ms before "
+                                       f"the drain of {bdf} gave up (its timeout {timeout_ms:g} ms): the "
+                                       f"queue was not healthy while the drain polled ({drain})")
+    preconditions.met(held, f"read held until {trigger['data'].get('step')} (seq {trigger['seq']}), "
+                            f"answered; drain {drain['status']}, polls {drain.get('polls')}")
