@@ -17,32 +17,19 @@ Usage: benchmarks/certify_wall_time.py [--host emulated:a100 ...] [--repeat 1] [
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from certify_runs import MAKE_CERTIFY_HOSTS, certify, interrupt_on_sigterm
+
 CONFIGURATIONS = {
     "current": [],  # the CLI's defaults
     "before": ["-n", "2", "--", "--dist", "load"],  # 2 workers, tests handed out ahead
 }
-DEFAULT_HOSTS = ["emulated:a100", "emulated:a100-stock"]
-
-
-def certify(host: str, extra: list[str], out: Path) -> tuple[float, int, str]:
-    """One certify run: (seconds, exit code, verdict)."""
-    argv = [sys.executable, "-m", "hilconform.reports", "certify", "--host", host, "--out", str(out), *extra]
-    started = time.monotonic()
-    done = subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    seconds = time.monotonic() - started
-    certificates = sorted(out.rglob("certificate.json"), key=lambda p: p.stat().st_mtime)
-    verdict = json.loads(certificates[-1].read_text()).get("verdict", "?") if certificates else "none"
-    return seconds, done.returncode, verdict
+DEFAULT_HOSTS = MAKE_CERTIFY_HOSTS
 
 
 def main() -> None:
@@ -57,17 +44,20 @@ def main() -> None:
     described = ", ".join(f"{n} ({' '.join(CONFIGURATIONS[n]) or 'defaults'})" for n in names)
     print(f"hilconform certify wall time: {', '.join(hosts)}; {os.cpu_count()} CPUs; {described}", flush=True)
     wholes: dict[str, list[float]] = {name: [] for name in names}
+    interrupt_on_sigterm()
     with tempfile.TemporaryDirectory(prefix="hilc-certify-bench-") as tmp:
         for index in range(args.repeat):
             for name in names:
                 whole = 0.0
                 for host in hosts:
-                    before = os.getloadavg()[0]
-                    out = Path(tmp) / f"{name}-{index}"
-                    seconds, code, verdict = certify(host, CONFIGURATIONS[name], out)
-                    whole += seconds
-                    print(f"run {index + 1} {name:<8} {host:<22} {seconds / 60:5.2f} min  exit {code} "
-                          f"{verdict}  load {before:.2f} -> {os.getloadavg()[0]:.2f}", flush=True)
+                    out = Path(tmp) / f"{name}-{index}-{host.replace(':', '-')}"
+                    run = certify(host, out, index + 1, extra=CONFIGURATIONS[name])
+                    whole += run.seconds
+                    print(f"run {index + 1} {name:<8} {host:<22} {run.seconds / 60:5.2f} min  exit "
+                          f"{run.exit_code} {run.verdict}  load {run.load_start:.2f} -> {run.load_end:.2f}",
+                          flush=True)
+                    if run.interrupted:
+                        sys.exit(130)
                 wholes[name].append(whole)
     for name in names:
         values = wholes[name]

@@ -76,6 +76,10 @@ killed (25-134 s each). emulated:a100-stock at bdea0db (--runs 3, 7 hogs, 21:07-
 flips. Three runs, not five.
 Target (issue 17): 0 flips in 5 consecutive runs of `hilconform certify --host emulated:a100` at
 load average >= 6; every mutant still killed.
+The hogs and the certify runs are certify_runs.py's (shared with flip_rate.py, which runs both hosts
+idle or loaded); a flip is judged as flip_rate.py does: a clause whose verdict differs between runs
+or is not `pass` in one (the reference runtime), printed with the failing test's message and the run
+folder; a run that crashed, timed out or left no certificate is incomplete, never a pass.
 Usage: benchmarks/loaded_gate.py [--host emulated:a100] [--runs 5] [--load 6] [--suite AREA ...]
        [--mutant NAME ...] [--out DIR]
 """
@@ -83,55 +87,23 @@ Usage: benchmarks/loaded_gate.py [--host emulated:a100] [--runs 5] [--load 6] [-
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-HOG = "while True: pass"
-LOAD_WAIT_S = 240.0
-
-
-def load() -> float:
-    return os.getloadavg()[0]
-
-
-def start_hogs(count: int) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-c", HOG], stdin=subprocess.DEVNULL) for _ in range(count)]
-
-
-def stop_hogs(hogs: list[subprocess.Popen]) -> None:
-    for hog in hogs:  # our own children: the Popen objects prove it
-        hog.kill()
-    for hog in hogs:
-        hog.wait(timeout=10)
-
-
-def wait_for_load(target: float) -> float:
-    deadline = time.monotonic() + LOAD_WAIT_S
-    while load() < target and time.monotonic() < deadline:
-        time.sleep(5)
-    return load()
-
-
-def certify(host: str, suites: list[str], out: Path) -> tuple[int, dict[str, str], float]:
-    """One `hilconform certify` run: (exit code, clause -> verdict, minutes)."""
-    out.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "hilconform.reports", "certify", "--host", host, "--out", str(out)]
-    for suite in suites:
-        argv += ["--suite", suite]
-    started = time.monotonic()
-    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    minutes = (time.monotonic() - started) / 60
-    certificates = sorted(out.rglob("certificate.json"), key=lambda p: p.stat().st_mtime)
-    if not certificates:
-        return done.returncode, {}, minutes
-    certificate = json.loads(certificates[-1].read_text())
-    return done.returncode, {c["id"]: c["verdict"] for c in certificate["clauses"]}, minutes
+from certify_runs import (
+    CertifyRun,
+    certify,
+    hog_count,
+    interrupt_on_sigterm,
+    load,
+    run_owned,
+    start_hogs,
+    stop_hogs,
+    wait_for_load,
+)
+from flip_rate import build_report, text_report
 
 
 def main() -> None:
@@ -150,33 +122,41 @@ def main() -> None:
     print(f"hilconform loaded-gate benchmark: {args.runs} x certify --host {args.host} "
           f"{' '.join('--suite ' + s for s in args.suite)}; {os.cpu_count()} CPUs; load {load():.2f} before "
           f"the hogs; run folders under {out}", flush=True)
-    hogs = start_hogs(args.hogs or math.ceil(args.load) + 1)
+    interrupt_on_sigterm()
+    hogs = start_hogs(args.hogs if args.hogs is not None else hog_count(args.load))
+    runs: list[CertifyRun] = []
+    reported = False
     try:
         print(f"{len(hogs)} CPU hogs started; load average {wait_for_load(args.load):.2f}", flush=True)
-        runs = []
-        for index in range(args.runs):
-            before = load()
-            code, verdicts, minutes = certify(args.host, args.suite, out / f"run-{index + 1}")
-            runs.append(verdicts)
-            print(f"run {index + 1}: exit {code}, {minutes:.1f} min, load {before:.2f} -> {load():.2f}, "
-                  f"verdicts: {', '.join(f'{c} {v}' for c, v in sorted(verdicts.items())) or 'none'}",
-                  flush=True)
-        clauses = sorted({c for verdicts in runs for c in verdicts})
-        flips = [c for c in clauses if len({verdicts.get(c, 'missing') for verdicts in runs}) > 1]
-        print(f"clauses: {len(clauses)}; flipped: {len(flips)}"
-              + "".join(f"\n  {c}: {' '.join(v.get(c, 'missing') for v in runs)}" for c in flips))
+        for index in range(1, args.runs + 1):
+            run = certify(args.host, out / f"run-{index}", index, args.suite)
+            runs.append(run)
+            print(run.line(args.runs), flush=True)
+            if run.interrupted:
+                raise KeyboardInterrupt
+        print(text_report(build_report(runs, [args.host], {})), flush=True)
+        reported = True
         if args.mutant:
             before = load()
             argv = [sys.executable, "-m", "hilconform.reports.self_check", "--host", args.host,
                     "--no-reference", "--out", str(out / "mutants")]
             argv += ["--mutant", *args.mutant]
-            done = subprocess.run(argv, capture_output=True, text=True)
-            lines = [line for line in done.stdout.splitlines() if line.startswith("self-check:")]
-            print(f"mutants under load ({before:.2f} -> {load():.2f}), exit {done.returncode}:\n  "
-                  + "\n  ".join(lines))
+            (out / "mutants").mkdir(parents=True, exist_ok=True)
+            log = out / "mutants" / "self-check.log"
+            code, stopped, interrupted = run_owned(argv, log, None)
+            lines = [line for line in log.read_text().splitlines() if line.startswith("self-check:")]
+            print(f"mutants under load ({before:.2f} -> {load():.2f}), exit {code}"
+                  f"{f' ({stopped})' if stopped else ''}:\n  " + "\n  ".join(lines))
+            if interrupted:
+                raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        print("\ninterrupted", flush=True)
+        if runs and not reported:
+            print(text_report(build_report(runs, [args.host], {})), flush=True)
+        sys.exit(130)
     finally:
         stop_hogs(hogs)
-    print(f"hogs stopped; load average {load():.2f}")
+        print(f"hogs stopped; load average {load():.2f}")
 
 
 if __name__ == "__main__":
