@@ -193,12 +193,16 @@ class DeviceTable:
                 self._finish_release(dev, dev.release_cause, checkpoint)
 
     def _finish_release(self, dev: Device, cause: str, checkpoint: dict) -> None:
-        """RELEASED -> HEALTHY when the release checkpoint passed, else DEGRADED/FAULTED (lock held)."""
+        """RELEASED -> HEALTHY when the release checkpoint passed, else DEGRADED/FAULTED (lock held).
+
+        The way back to HEALTHY is the checkpoint's, not the release's (LIFE-01: the table lets
+        only `release_checkpoint` take RELEASED -> HEALTHY), so its cause names the checkpoint
+        and keeps the release's after it (``release_checkpoint:release:L3``)."""
         dev.release_cause = None
         verdict = dev.aer.verdict(time.monotonic_ns())
         target = self.table.worse(verdict.health, "HEALTHY" if checkpoint["ok"] else "FAULTED")
         if target == "HEALTHY":
-            self._move_health(dev, "HEALTHY", cause, checkpoint)
+            self._move_health(dev, "HEALTHY", f"release_checkpoint:{cause}", checkpoint)
         else:
             self._move_health(
                 dev, target, f"{cause}:checkpoint", {**checkpoint, "aer_weight": verdict.weight}

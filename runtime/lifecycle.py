@@ -2,8 +2,10 @@
 
 Why data: the same table is enforced here, published over the protocol and
 rendered in docs/lifecycle.md, so the suites check against exactly what the
-runtime enforces. An illegal move raises IllegalTransition and is never
-emitted.
+runtime enforces. An illegal move (a pair not listed, or a cause whose kind the
+table does not allow on a restricted move) raises IllegalTransition and is never
+emitted. The table is read strictly: a key this module does not know is an
+error, so a table that means more than the runtime enforces cannot load.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 
 TABLE_PATH = os.path.join(os.path.dirname(__file__), "transitions.toml")
 VIEWS = ("health", "main")
+TABLE_KEYS = {"version", "severity", "views", "combination"}
+VIEW_KEYS = {"initial", "states", "terminal", "any_to", "transitions", "causes"}
 
 
 class IllegalTransition(RuntimeError):
@@ -44,15 +48,20 @@ class Transition:
 
 
 class TransitionTable:
-    """The legal pairs per view, the health severity order and the view combination."""
+    """The legal pairs per view (with the causes that may take them), the health severity order
+    and the view combination."""
 
     def __init__(self, data: dict):
+        _known_keys("transitions.toml", data, TABLE_KEYS)
         self.version = int(data.get("version", 1))
         self.severity: dict[str, int] = dict(data["severity"])
         self.views: dict[str, dict] = {}
         self._pairs: dict[str, set[tuple[str, str]]] = {}
+        self._causes: dict[str, dict[tuple[str, str], tuple[str, ...]]] = {}
+        _known_keys("transitions.toml: views", data["views"], set(VIEWS))
         for view in VIEWS:
             spec = data["views"][view]
+            _known_keys(f"transitions.toml: {view}", spec, VIEW_KEYS)
             states = list(spec["states"])
             terminal = set(spec.get("terminal", []))
             pairs: set[tuple[str, str]] = set()
@@ -63,6 +72,7 @@ class TransitionTable:
             for to in spec.get("any_to", []):
                 pairs.update((frm, to) for frm in states if frm != to and frm not in terminal)
             self._pairs[view] = pairs
+            self._causes[view] = _causes(view, spec.get("causes", {}), pairs)
             self.views[view] = {
                 "initial": spec["initial"],
                 "states": states,
@@ -78,9 +88,17 @@ class TransitionTable:
     def allowed(self, view: str, frm: str, to: str) -> bool:
         return (frm, to) in self._pairs.get(view, ())
 
-    def check(self, view: str, frm: str, to: str) -> None:
+    def causes(self, view: str, frm: str, to: str) -> tuple[str, ...] | None:
+        """The cause kinds that may take ``frm -> to``; None: any cause."""
+        return self._causes.get(view, {}).get((frm, to))
+
+    def check(self, view: str, frm: str, to: str, cause: str | None = None) -> None:
         if not self.allowed(view, frm, to):
             raise IllegalTransition(f"{view}: {frm} -> {to} is not in the transition table")
+        allowed = self.causes(view, frm, to)
+        if cause is not None and allowed is not None and cause_kind(cause) not in allowed:
+            raise IllegalTransition(f"{view}: {frm} -> {to} is taken only by {list(allowed)}, "
+                                    f"not by cause {cause!r}")
 
     def pairs(self, view: str) -> list[tuple[str, str]]:
         order = {s: i for i, s in enumerate(self.views[view]["states"])}
@@ -116,12 +134,43 @@ class TransitionTable:
             "views": {
                 view: {
                     **self.views[view],
-                    "transitions": [{"from": f, "to": t} for f, t in self.pairs(view)],
+                    "transitions": [self._published_pair(view, f, t) for f, t in self.pairs(view)],
                 }
                 for view in VIEWS
             },
             "combination": dict(self.combination),
         }
+
+    def _published_pair(self, view: str, frm: str, to: str) -> dict:
+        """One published move; `causes` only where the table restricts it (absent: any cause)."""
+        allowed = self.causes(view, frm, to)
+        return {"from": frm, "to": to, **({"causes": list(allowed)} if allowed is not None else {})}
+
+
+def cause_kind(cause: str) -> str:
+    """A cause's kind: its text before the first ':' (``release:L3`` is a ``release``)."""
+    return cause.split(":", 1)[0]
+
+
+def _known_keys(where: str, table: dict, known: set[str]) -> None:
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ValueError(f"{where}: unknown key {unknown[0]!r} (known: {sorted(known)})")
+
+
+def _causes(view: str, table: dict, pairs: set[tuple[str, str]]) -> dict[tuple[str, str], tuple[str, ...]]:
+    """The ``causes`` table of a view: "FROM>TO" of a listed move -> a non-empty list of cause kinds."""
+    found = {}
+    for key, kinds in table.items():
+        frm, _, to = key.partition(">")
+        if (frm, to) not in pairs:
+            raise ValueError(f"transitions.toml: {view}: causes for {key!r}, which is not a listed move")
+        if (not isinstance(kinds, list) or not kinds
+                or not all(isinstance(k, str) and k and ":" not in k for k in kinds)):
+            raise ValueError(f"transitions.toml: {view}: causes for {key!r} must be a non-empty list "
+                             f"of cause kinds (no ':'), got {kinds!r}")
+        found[(frm, to)] = tuple(kinds)
+    return found
 
 
 class DeviceStates:
@@ -135,7 +184,7 @@ class DeviceStates:
 
     def move(self, view: str, to: str, cause: str, checkpoint: dict, ts_ns: int | None = None) -> Transition:
         frm = self.health if view == "health" else self.main
-        self.table.check(view, frm, to)
+        self.table.check(view, frm, to, cause)
         if view == "health":
             self.health = to
         else:
@@ -158,8 +207,14 @@ def render_markdown(table: TransitionTable) -> str:
     lines = [f"Table version {data['version']}.", ""]
     for view in VIEWS:
         spec = data["views"][view]
-        lines += [f"### View `{view}` (initial state `{spec['initial']}`)", "", "| from | to |", "|---|---|"]
-        lines += [f"| {t['from']} | {t['to']} |" for t in spec["transitions"]]
+        restricted = any("causes" in t for t in spec["transitions"])
+        lines += [f"### View `{view}` (initial state `{spec['initial']}`)", ""]
+        if restricted:
+            lines += ["| from | to | causes (kinds) |", "|---|---|---|"]
+            lines += [f"| {t['from']} | {t['to']} | {_kinds(t)} |" for t in spec["transitions"]]
+        else:
+            lines += ["| from | to |", "|---|---|"]
+            lines += [f"| {t['from']} | {t['to']} |" for t in spec["transitions"]]
         lines.append("")
     lines += ["### Health severity (worse wins)", "", "| state | rank |", "|---|---|"]
     lines += [f"| {state} | {rank} |" for state, rank in data["severity"].items()]
@@ -167,6 +222,10 @@ def render_markdown(table: TransitionTable) -> str:
     lines += ["| health move | main state |", "|---|---|"]
     lines += [f"| `{key}` | {main} |" for key, main in data["combination"].items()]
     return "\n".join(lines) + "\n"
+
+
+def _kinds(published: dict) -> str:
+    return ", ".join(f"`{k}`" for k in published["causes"]) if "causes" in published else "any"
 
 
 if __name__ == "__main__":

@@ -55,13 +55,14 @@ def test_removed_reachable_from_every_health_state_and_terminal():
 
 @pytest.mark.parametrize("view", ["health", "main"])
 def test_every_pair_not_published_is_refused(view):
-    published = {(t["from"], t["to"]) for t in TABLE.to_dict()["views"][view]["transitions"]}
+    published = {(t["from"], t["to"]): t.get("causes", ["test"])
+                 for t in TABLE.to_dict()["views"][view]["transitions"]}
     states = TABLE.views[view]["states"]
     for frm, to in itertools.product(states, states):
         cell = DeviceStates(TABLE, "0000:01:00.0")
         setattr(cell, "health" if view == "health" else "main", frm)
         if (frm, to) in published:
-            t = cell.move(view, to, "test", {"name": "t", "ok": True})
+            t = cell.move(view, to, published[(frm, to)][0], {"name": "t", "ok": True})
             assert (t.frm, t.to) == (frm, to)
         else:
             with pytest.raises(IllegalTransition):
@@ -119,3 +120,61 @@ def test_docs_lifecycle_md_matches_the_table():
     marker = "<!-- generated: python3 -m hilconform.runtime.lifecycle -->\n"
     assert marker in doc
     assert doc.split(marker, 1)[1] == render_markdown(TABLE), "regenerate docs/lifecycle.md"
+
+
+# -- causes (LIFE-01: the ways back to HEALTHY) ---------------------------------------------------
+
+def _raw() -> dict:
+    import tomllib
+
+    from hilconform.runtime.lifecycle import TABLE_PATH
+
+    with open(TABLE_PATH, "rb") as fh:
+        return tomllib.load(fh)
+
+
+def test_the_ways_back_to_healthy_are_restricted_to_recover_and_the_release_checkpoint():
+    assert TABLE.causes("health", "DEGRADED", "HEALTHY") == ("recover",)
+    assert TABLE.causes("health", "FAULTED", "HEALTHY") == ("recover",)
+    assert TABLE.causes("health", "RELEASED", "HEALTHY") == ("release_checkpoint",)
+    assert TABLE.causes("health", "HEALTHY", "ALLOCATED") is None
+    health = TABLE.to_dict()["views"]["health"]["transitions"]
+    published = {(t["from"], t["to"]): t.get("causes") for t in health}
+    assert published[("RELEASED", "HEALTHY")] == ["release_checkpoint"]
+    assert published[("HEALTHY", "ALLOCATED")] is None  # absent: any cause
+
+
+@pytest.mark.parametrize(("frm", "cause", "legal"), [
+    ("DEGRADED", "recover", True),
+    ("DEGRADED", "aer:decayed", False),
+    ("DEGRADED", "recovered", False),  # a kind is the text before ':', never a prefix
+    ("FAULTED", "recover", True),
+    ("FAULTED", "reset:checkpoint", False),
+    ("RELEASED", "release_checkpoint:release:L3", True),
+    ("RELEASED", "release:L3", False),
+    ("RELEASED", "lease_expired", False),
+])
+def test_a_restricted_move_is_refused_for_any_other_cause(frm, cause, legal):
+    cell = DeviceStates(TABLE, "0000:01:00.0")
+    cell.health = frm
+    if legal:
+        assert cell.move("health", "HEALTHY", cause, {"name": "t", "ok": True}).to == "HEALTHY"
+    else:
+        with pytest.raises(IllegalTransition, match="taken only by"):
+            cell.move("health", "HEALTHY", cause, {"name": "t", "ok": True})
+        assert cell.health == frm
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda d: d.update(colour="red"), "unknown key 'colour'"),
+    (lambda d: d["views"]["health"].update(cause={}), "unknown key 'cause'"),
+    (lambda d: d["views"].update(power={}), "unknown key 'power'"),
+    (lambda d: d["views"]["health"]["causes"].update({"HEALTHY>RELEASED": ["x"]}), "not a listed move"),
+    (lambda d: d["views"]["health"]["causes"].update({"DEGRADED>HEALTHY": []}), "non-empty list"),
+    (lambda d: d["views"]["health"]["causes"].update({"DEGRADED>HEALTHY": ["recover:x"]}), "no ':'"),
+])
+def test_the_table_is_read_strictly(change, message):
+    data = _raw()
+    change(data)
+    with pytest.raises(ValueError, match=message):
+        TransitionTable(data)

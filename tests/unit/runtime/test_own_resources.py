@@ -171,7 +171,7 @@ def test_release_without_fds_stays_released_until_a_poll_can_check(harness, out_
     out_of_fds.on = False
     c.ok("health_poll")
     assert c.ok("device", {"device": Harness.NVME})["state"] == "HEALTHY"
-    assert ("RELEASED", "HEALTHY", f"release:{lease['lease']}") in _health_moves(c)
+    assert ("RELEASED", "HEALTHY", f"release_checkpoint:release:{lease['lease']}") in _health_moves(c)
 
 
 def test_hot_add_that_cannot_be_described_is_described_on_a_later_poll(harness, out_of_fds):
