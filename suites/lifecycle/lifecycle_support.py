@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from transition_checker import TransitionChecker
 
 from hilconform.fixtures import runtime_waits
 from hilconform.fixtures.errors import InfrastructureError
 from hilconform.fixtures.runtime_client import RuntimeCallError, RuntimeUnresponsive
+from hilconform.fixtures.transition_checker import TransitionChecker
 
 SETTLE_TIMEOUT_S = 60.0  # boot self-checks of every device (TCG, a loaded machine)
 AER_TIMEOUT_S = 20.0  # injection -> the runtime's `recovered` event

@@ -2,7 +2,7 @@
 health checkpoint.
 
 A fresh host; the suite subscribes with replay from the runtime's first event, so the
-checker (transition_checker.py) sees every transition since boot and each device must
+checker (fixtures/transition_checker.py) sees every transition since boot and each device must
 start at the views' initial states. Then a mix of operations, each of which must show
 the moves it stands for (a runtime that emits nothing cannot pass):
 

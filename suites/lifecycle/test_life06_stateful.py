@@ -10,7 +10,7 @@ Every rule waits, with a deadline, until the runtime has finished what it starte
 (self-checks, procedures, AER recovery). After every step the invariants hold:
 
 * transitions: every `transition` event since boot passes the checker
-  (transition_checker.py) against the published table;
+  (fixtures/transition_checker.py) against the published table;
 * devices: the runtime's inventory lists exactly the functions QEMU emulates that the
   profile's selector names (`query-pci`), each once, with distinct fingerprints;
 * allocation: no device in two leases, the inventory's lease fields agree with

@@ -1,13 +1,16 @@
-"""Self-tests of the LIFE suite's own judges (no VM): the transition checker and the lease
-ledger must reject each kind of broken stream, or the conformance tests built on them
-could not fail. The table mirrors the shape of the protocol's `transitions` result.
+"""Self-tests of the LIFE suite's own judges (no VM): the transition checker
+(fixtures/transition_checker.py) and the lease ledger must reject each kind of broken
+stream, or the conformance tests built on them could not fail. The table mirrors the
+shape of the protocol's `transitions` result. The checker's rules on causes, operation
+runs and seq gaps have their own unit tests (tests/unit/test_transition_checker_causes.py).
 """
 
 from __future__ import annotations
 
 import pytest
 from lifecycle_support import LeaseLedger
-from transition_checker import PublishedTableError, TransitionChecker
+
+from hilconform.fixtures.transition_checker import PublishedTableError, TransitionChecker
 
 HEALTH_PAIRS = [
     ("DISCOVERED", "HEALTHY"), ("DISCOVERED", "FAULTED"), ("HEALTHY", "ALLOCATED"),
@@ -20,13 +23,21 @@ MAIN_PAIRS = [
     ("ALLOCATED", "INITIALIZED"), ("INITIALIZED", "POWER_OFF"), ("ALLOCATED", "POWER_OFF"),
     ("POWER_OFF", "ERROR"), ("INITIALIZED", "ERROR"), ("ERROR", "POWER_OFF"),
 ]
+# The moves the spec restricts (fixtures/transition_rules.toml), published as a runtime must.
+CAUSES = {("RELEASED", "HEALTHY"): ["release_checkpoint"], ("DEGRADED", "HEALTHY"): ["recover"]}
+
+
+def _causes(frm: str, to: str) -> dict:
+    return {"causes": CAUSES[frm, to]} if (frm, to) in CAUSES else {}
+
+
 TABLE = {
     "version": 1,
     "views": {
         "health": {"initial": "DISCOVERED", "terminal": ["REMOVED"],
                    "states": ["DISCOVERED", "HEALTHY", "ALLOCATED", "RELEASED", "DEGRADED", "FAULTED",
                               "REMOVED"],
-                   "transitions": [{"from": f, "to": t} for f, t in HEALTH_PAIRS]},
+                   "transitions": [{"from": f, "to": t, **_causes(f, t)} for f, t in HEALTH_PAIRS]},
         "main": {"initial": "POWER_OFF", "terminal": [],
                  "states": ["POWER_OFF", "FIRMWARE_LOADED", "INITIALIZED", "ALLOCATED", "RUNNING", "ERROR"],
                  "transitions": [{"from": f, "to": t} for f, t in MAIN_PAIRS]},
@@ -49,7 +60,9 @@ class Stream:
     def move(self, view, frm, to, device=DEV, **overrides):
         self.seq += 1
         self.ts += 1000
-        data = {"device": device, "view": view, "from": frm, "to": to, "cause": f"test:{to.lower()}",
+        restricted = CAUSES.get((frm, to)) if view == "health" else None
+        cause = f"{restricted[0]}:test" if restricted else f"test:{to.lower()}"
+        data = {"device": device, "view": view, "from": frm, "to": to, "cause": cause,
                 "checkpoint": dict(OK), "ts_ns": self.ts, **overrides}
         self.events.append({"event": "transition", "seq": self.seq, "ts_ns": self.ts, "data": data})
         return self
