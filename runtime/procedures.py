@@ -595,6 +595,9 @@ def hot_remove(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> dic
     if cfg.bus_master_off == "before_drain":
         bus_master(False, when="isolate")
 
+    # Announced before the first poll: a test bed that holds a request in flight answers it once
+    # the drain is seen looking (HP-02's precondition), not on a delay that races the drain.
+    host.step(run, "drain", "started", timeout_ms=cfg.drain_timeout_ms)
     result = drain(
         hooks,
         sysfs,

@@ -72,6 +72,12 @@ class QueueStall:
                 self._resumed.set()
             return self.resumed_ns
 
+    @property
+    def sees_guest_look(self) -> bool:
+        """Whether the backend sees the guest read its queue (a device model), so that
+        `answer_at_next_look` waits for that read rather than answering at once."""
+        return hasattr(self._backend, "resume_after_next_look")
+
     def answer_at_next_look(self) -> int:
         """Let the "hardware" answer once the guest looks at the queue again (a device model sees
         its in-flight count read: that read still finds the commands in flight); a backend that

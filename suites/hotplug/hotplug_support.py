@@ -105,6 +105,11 @@ def first_step(steps: list[dict], name: str, statuses: tuple[str, ...] | None = 
     return None
 
 
+def final_step(steps: list[dict], name: str) -> dict | None:
+    """The step's outcome: its first event that is not the announcement of its start."""
+    return next((s for s in steps if s["step"] == name and s["status"] != "started"), None)
+
+
 def describe_steps(steps: list[dict]) -> str:
     return ", ".join(f"{s['step']}:{s['status']}" for s in steps)
 

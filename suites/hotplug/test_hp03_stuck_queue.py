@@ -14,7 +14,8 @@ Behaviour (the runtime's; wrong: fail): the drain ends `timeout`; a drain that e
 with the queue held, or after it had held the whole window, fails.
 
 Measured on the runtime's clock (`ts_ns` of the `procedure` events): drain start
-(the last step before the `drain` event: `bus_master_off` or `isolate`) -> the
+(the last step before the drain's outcome: its announced start `drain started`, else
+`bus_master_off` or `isolate`) -> the
 `drain` event with status `timeout` (the give-up) and -> the `reset` step `started`
 (the escalation). Both must lie within the profile's `drain_timeout_ms` +-
 `drain_tolerance_ms` (an absolute figure from the profile, not the runtime's own
@@ -40,6 +41,7 @@ from hotplug_support import (
     budget,
     describe_steps,
     events_for,
+    final_step,
     first_step,
     judge_interval_over_stalls,
     queue_slot,
@@ -76,8 +78,8 @@ def test_stuck_queue_drain_times_out_and_resets(host_factory, measurements, prec
                 "queue_stuck", "the queue stuck from before the removal until the drain gave up",
                 runtime, "procedure", mark,
                 lambda d: (d.get("device") == bdf and d.get("procedure") == "hot_remove"
-                           and d.get("step") == "drain"),
-                "the removal's drain step", stall.resume, HOLD_DEADLINE_S,
+                           and d.get("step") == "drain" and d.get("status") != "started"),
+                "the end of the removal's drain", stall.resume, HOLD_DEADLINE_S,
                 held_from_ns=stall.record.injected_ns)
             result = runtime.call("remove", {"device": bdf}, timeout_s=REMOVE_CALL_TIMEOUT_S)
             end = wait_procedure_end(runtime, bdf, "hot_remove", mark, REMOVED_TIMEOUT_S)
@@ -89,7 +91,7 @@ def test_stuck_queue_drain_times_out_and_resets(host_factory, measurements, prec
     steps = run_steps(runtime, mark, end["data"]["run"])
     order = describe_steps(steps)
 
-    drain = first_step(steps, "drain")
+    drain = final_step(steps, "drain")
     assert drain is not None, f"no drain step ({order})"
     start = max((s for s in steps if s["seq"] < drain["seq"]), key=lambda s: s["seq"])
     _judge_precondition(preconditions, held, start, drain, timeout_ms + tolerance_ms)

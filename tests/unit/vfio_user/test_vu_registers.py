@@ -64,3 +64,30 @@ def test_full_queue_rejects_and_reset_clears():
     assert regs.read32(r["queue_in_flight"]) == 8 and regs.read32(r["queue_rejected"]) == 2
     regs.write32(r["queue_control"], r["queue_reset_bit"])
     assert regs.read32(r["queue_in_flight"]) == 0 and regs.read32(r["queue_tail"]) == 0
+
+
+def test_stuck_queue_answers_after_the_next_look_at_its_in_flight_count():
+    """HP-02's precondition: the drain's next read still finds the command in flight, the one
+    after finds it answered; other registers do not count as a look."""
+    clock, queue, regs, r = make()
+    regs.write(r["queue_doorbell"], (1).to_bytes(4, "little"))
+    queue.set_stuck(True)
+    clock.now += 1.0
+    queue.answer_after_next_look()
+    assert regs.read32(r["queue_head"]) == 0 and queue.stuck  # not a look at the in-flight count
+    clock.now += 1.0
+    assert regs.read32(r["queue_in_flight"]) == 1  # the look: still in flight
+    assert not queue.stuck and queue.answered_at == clock.now
+    clock.now += 0.002
+    assert regs.read32(r["queue_in_flight"]) == 0
+
+
+def test_answer_after_next_look_is_dropped_by_a_new_stall_and_ignored_when_not_stuck():
+    clock, queue, regs, r = make()
+    queue.answer_after_next_look()
+    assert not queue.answer_on_look  # nothing stuck: nothing to arm
+    regs.write(r["queue_doorbell"], (1).to_bytes(4, "little"))
+    queue.set_stuck(True)
+    queue.answer_after_next_look()
+    queue.set_stuck(True)  # stalled afresh: the earlier arming is gone
+    assert regs.read32(r["queue_in_flight"]) == 1 and queue.stuck
