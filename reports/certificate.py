@@ -217,6 +217,9 @@ def build(run: RunFolder, sensitivity: dict | None = None) -> dict:
             by_clause.setdefault(test["clause"], []).append(test)
         else:
             others[test["nodeid"]] = test["outcome"]
+        for clause in test.get("also_failed", []):  # e.g. LIFE-01, checked on every test's events
+            if clause != test.get("clause"):
+                by_clause.setdefault(clause, []).append(test)
     figures = _figures(run.measurements())
     statements = clause_statements()
     clauses = []

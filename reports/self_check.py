@@ -9,7 +9,9 @@ For each mutant of the catalogue: `pytest <its tests> --runtime-module
 <its module>` in a subprocess (JUnit XML, log), then a verdict:
 
 * killed    a selected test marked with the clause the mutant breaks FAILED
-            (a conformance failure, not an error or a skip), and the guest ran the mutant;
+            (a conformance failure, not an error or a skip), or failed naming that clause
+            as also broken (property also_failed_clause: LIFE-01, checked on every test's
+            events), and the guest ran the mutant;
 * survived  every selected test passed or skipped;
 * broken    the run could not judge: errors (infrastructure), a timeout, no JUnit,
             or no evidence that the guest ran the mutant.
@@ -46,6 +48,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from hilconform.fixtures.clauses import ALSO_FAILED_PROPERTY
+
 CHECKOUT = Path(__file__).resolve().parent.parent
 CATALOGUE = CHECKOUT / "tests" / "mutants" / "mutants.toml"
 PROBE_PLUGIN = "hilconform.fixtures.runtime_identity"  # a pytest plugin: which runtime answered
@@ -79,6 +83,7 @@ class TestOutcome:
     message: str = ""
     identities: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    also_failed: list[str] = field(default_factory=list)  # other clauses its call found broken
 
 
 @dataclass
@@ -154,6 +159,7 @@ def read_junit(path: Path) -> dict[str, TestOutcome]:
             message=" ".join(message.split())[:400],
             identities=sorted({v for k, v in props if k == IDENTITY_PROPERTY}),
             seconds=round(float(case.get("time") or 0.0), 1),
+            also_failed=sorted({v for k, v in props if k == ALSO_FAILED_PROPERTY}),
         )
     return outcomes
 
@@ -163,7 +169,8 @@ def judge_mutant(mutant: Mutant, outcomes: dict[str, TestOutcome]) -> tuple[str,
     tests = [outcomes.get(t) or TestOutcome(t, "missing") for t in mutant.tests]
     ran_mutant = any(mutant.name in t.identities for t in tests)
     foreign = sorted({i for t in tests for i in t.identities} - {mutant.name})
-    caught = [t.nodeid for t in tests if t.outcome == "failed" and t.clause == mutant.breaks]
+    caught = [t.nodeid for t in tests
+              if t.outcome == "failed" and mutant.breaks in (t.clause, *t.also_failed)]
     broken = [f"{t.nodeid}: {t.outcome} {t.message}".strip() for t in tests
               if t.outcome in ("error", "missing")]
     if foreign:

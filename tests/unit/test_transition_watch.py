@@ -1,0 +1,172 @@
+"""fixtures/transition_watch.py in a real pytest process: LIFE-01 judged on every test's runtime
+events, and the finding counted against LIFE-01 by the run record and the self-check (the
+certificate's part: tests/unit/reports/test_reports_also_failed.py). The hosts are stand-ins
+(an EmulatedHost without a VM) whose runtime client the test itself feeds; no VM.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from hilconform.fixtures.clauses import ALSO_FAILED_PROPERTY
+from hilconform.reports import self_check
+
+TESTS = '''
+import types
+import pytest
+from hilconform.emulators.errors import QemuDied
+from hilconform.fixtures.host import EmulatedHost
+from hilconform.fixtures.runtime_client import RuntimeCallError, RuntimeClient
+from hilconform.runtime.lifecycle import TransitionTable
+
+DEV = "0000:01:00.0"
+
+
+class FedClient(RuntimeClient):
+    """A runtime client without a runtime: the test appends the events it "receives"."""
+
+    def __init__(self, answers=True):
+        super().__init__("/nonexistent")
+        self.answers, self.seq = answers, 100
+
+    def call(self, method, params=None, timeout_s=10.0):
+        if method == "transitions" and self.answers:
+            return TransitionTable.load().to_dict()
+        raise RuntimeCallError(method, "UNKNOWN_METHOD", "not here")
+
+    def move(self, frm, to, cause, device=DEV):
+        self.seq += 1
+        self._events.append({"event": "transition", "seq": self.seq, "ts_ns": self.seq, "data": {
+            "device": device, "view": "health", "from": frm, "to": to, "cause": cause,
+            "checkpoint": {"name": "c", "ok": True}, "ts_ns": self.seq}})
+
+
+def stand_in(client=None):
+    vm = types.SimpleNamespace(layout=None, qemu=None, agent=None, runtime_config=None,
+                               console_tail=lambda n: "", console_log=lambda: "",
+                               qmp_events_text=lambda: "", check_alive=lambda: None)
+    return EmulatedHost(vm=vm, name="stand-in", _runtime=client)
+
+
+@pytest.fixture
+def host():
+    return stand_in(FedClient())
+
+
+@pytest.fixture
+def host_factory():
+    return types.SimpleNamespace(hosts=[])
+
+
+def decay(client):
+    """A DEGRADED device healing on its own: a cause the table never lets take the move."""
+    client.move("HEALTHY", "DEGRADED", "aer:recovered_nonfatal")
+    client.move("DEGRADED", "HEALTHY", "aer:decayed")
+
+
+@pytest.mark.clause("HP-01")
+def test_passes_but_its_events_break_life01(host):
+    decay(host._runtime)
+
+@pytest.mark.clause("HP-02")
+def test_fails_on_its_own_clause_and_breaks_life01(host):
+    decay(host._runtime)
+    assert False, "its own finding"
+
+@pytest.mark.clause("HP-03")
+def test_breaks_the_test_bed_after_breaking_life01(host):
+    decay(host._runtime)
+    raise QemuDied("QEMU exited with status 1")
+
+@pytest.mark.clause("HP-04")
+def test_is_skipped_after_breaking_life01(host):
+    decay(host._runtime)
+    pytest.skip("lacks a capability")
+
+@pytest.mark.clause("HP-05")
+def test_keeps_the_rules(host):
+    host._runtime.move("HEALTHY", "ALLOCATED", "allocate:L1")
+    host._runtime.move("ALLOCATED", "RELEASED", "release:L1")
+    host._runtime.move("RELEASED", "HEALTHY", "release_checkpoint:release:L1")
+
+@pytest.mark.clause("HP-06")
+def test_an_earlier_violation_is_not_this_tests(host, request):
+    pass
+
+@pytest.fixture
+def dirty_host():
+    client = FedClient()
+    decay(client)  # before the test's call: not its events
+    return stand_in(client)
+
+@pytest.mark.clause("HP-06")
+def test_starts_clean_on_a_dirty_host(dirty_host):
+    dirty_host._runtime.move("HEALTHY", "ALLOCATED", "allocate:L2")
+
+@pytest.mark.clause("DISC-01")
+def test_a_host_started_during_the_call_counts_from_its_first_event(host_factory):
+    client = FedClient()
+    decay(client)
+    host_factory.hosts.append(stand_in(client))
+
+@pytest.mark.clause("DISC-02")
+def test_a_runtime_that_does_not_publish_its_table_is_not_judged(host_factory):
+    client = FedClient(answers=False)
+    decay(client)
+    host_factory.hosts.append(stand_in(client))
+
+@pytest.mark.clause("DISC-03")
+def test_without_a_runtime(host_factory):
+    host_factory.hosts.append(stand_in(None))
+'''
+
+
+def _run(tmp_path) -> tuple[dict[str, dict], dict, str]:
+    (tmp_path / "test_watched.py").write_text(textwrap.dedent(TESTS))
+    junit = tmp_path / "junit.xml"
+    argv = [sys.executable, "-m", "pytest", "-p", "hilconform.fixtures.plugin", "-p", "no:cacheprovider",
+            "-p", "no:xdist", "-rA", "--run-dir", str(tmp_path / "run"), f"--junitxml={junit}",
+            str(tmp_path / "test_watched.py")]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    lines = [json.loads(line) for line in (tmp_path / "run" / "progress.jsonl").read_text().splitlines()]
+    tests = {r["nodeid"].split("::")[1]: r for r in lines if r["kind"] == "test"}
+    outcomes = {nodeid.split("::")[1]: o for nodeid, o in self_check.read_junit(junit).items()}
+    return tests, outcomes, done.stdout
+
+
+def test_the_watch_fails_and_counts_life01_only_where_the_test_ended_as_a_finding(tmp_path):
+    tests, junit, stdout = _run(tmp_path)
+    seen = {name: (r["outcome"], r.get("also_failed", [])) for name, r in tests.items()}
+    assert seen == {
+        "test_passes_but_its_events_break_life01": ("failed", ["LIFE-01"]),
+        "test_fails_on_its_own_clause_and_breaks_life01": ("failed", ["LIFE-01"]),
+        "test_breaks_the_test_bed_after_breaking_life01": ("broken", []),
+        "test_is_skipped_after_breaking_life01": ("skipped", []),
+        "test_keeps_the_rules": ("passed", []),
+        "test_an_earlier_violation_is_not_this_tests": ("passed", []),
+        "test_starts_clean_on_a_dirty_host": ("passed", []),
+        "test_a_host_started_during_the_call_counts_from_its_first_event": ("failed", ["LIFE-01"]),
+        "test_a_runtime_that_does_not_publish_its_table_is_not_judged": ("passed", []),
+        "test_without_a_runtime": ("passed", []),
+    }, stdout[-4000:]
+    message = tests["test_passes_but_its_events_break_life01"]["message"]
+    assert "LIFE-01" in message and "cause kind 'aer' may not take it" in message, message
+    assert "its own finding" in tests["test_fails_on_its_own_clause_and_breaks_life01"]["message"]
+    assert "not counted (the test did not end as a finding)" in stdout  # the broken test's report
+    assert "the published table could not be read" in stdout
+    # the JUnit XML carries the property the self-check reads
+    assert junit["test_passes_but_its_events_break_life01"].also_failed == ["LIFE-01"]
+    assert junit["test_breaks_the_test_bed_after_breaking_life01"].also_failed == []
+
+
+def test_the_self_check_takes_an_also_failed_clause_as_a_kill():
+    mutant = self_check.Mutant("m", "hilconform.tests.mutants.m", "LIFE-01", "heals", ("a.py::t",), False)
+    failed = self_check.TestOutcome("a.py::t", "failed", clause="LIFE-05", identities=["m"],
+                                    also_failed=["LIFE-01"])
+    assert self_check.judge_mutant(mutant, {"a.py::t": failed})[0] == "killed"
+    failed.also_failed = []
+    assert self_check.judge_mutant(mutant, {"a.py::t": failed})[0] == "survived"
+    assert ALSO_FAILED_PROPERTY == "also_failed_clause"
