@@ -3,23 +3,29 @@
 The device's command queue is stalled and the runtime is asked to `remove` it:
 the drain must give up at `drain_timeout_ms` and escalate to a forced reset
 (source `drain_timeout`), and that reset must not come back within its budget.
-How the reset is held up depends on the device kind, and the test decides
-when the "hardware" answers (RESUME_AFTER_S after the stall):
-* a device model (vfio-user): its queue sticks (completions stop) and its
-  `reset-not-ready` knob keeps the card not ready for RESUME_AFTER_S after the
-  FLR, so the guest kernel's reset waits ("not ready ... after FLR; waiting"),
-  as it does for a wedged real card; nothing else in the VM stops;
-* an nvme stand-in: its NBD backend is SIGSTOPped with a read in flight, and
-  resetting an nvme whose request is stuck freezes the whole VM until the
-  backend answers. The runtime's reset budget
-is shortened to RESET_TIMEOUT_MS (runtime_overrides): with the default 5000 ms
-the stall would have to outlast 5 s of frozen VM; at 1000 ms a 4 s stall keeps
-the reset ~3.5 s over budget and the test short. The reset therefore cannot
-complete within its budget, and the device must be FAULTED (cause
-`*:reset_timeout`) before it leaves, and never reported HEALTHY.
+
+Precondition (the test bed's; fixtures/preconditions.py): the queue stuck until the drain
+gave up, and the reset kept from completing past its budget. Each fault is held from the
+runtime's own act, not from the stall (a fixed 4 s from the stall raced a removal that
+began late):
+* a device model (vfio-user): its queue sticks (completions stop) until the runtime's
+  drain has ended; its `reset-not-ready` knob keeps the card not ready for
+  NOT_READY_AFTER_FLR_S after the runtime's FLR, so the guest kernel's reset waits ("not
+  ready ... after FLR; waiting"), as it does for a wedged real card; nothing else in the VM
+  stops;
+* an nvme stand-in: its NBD backend is SIGSTOPped with a read in flight, and resetting an
+  nvme whose request is stuck freezes the whole VM until the backend answers (no event can
+  come meanwhile), so the backend answers HOLD_PAST_RESET_S after the runtime's `reset
+  started` step reached the host.
+The runtime's reset budget is shortened to RESET_TIMEOUT_MS (runtime_overrides): with the
+default 5000 ms the stall would have to outlast 5 s of frozen VM. The reset therefore cannot
+complete within its budget, and the device must be FAULTED (cause `*:reset_timeout`)
+before it leaves, and never reported HEALTHY.
 """
 
 from __future__ import annotations
+
+import time
 
 import pytest
 from reset_support import (
@@ -32,14 +38,17 @@ from reset_support import (
 )
 
 RESET_TIMEOUT_MS = 1000
-RESUME_AFTER_S = 4.0
+NOT_READY_AFTER_FLR_S = 4.0  # a model card's not-ready time after the runtime's own FLR
+HOLD_PAST_RESET_S = 3 * RESET_TIMEOUT_MS / 1000  # an nvme's stuck read, after the reset's start
+HOLD_DEADLINE_S = 30.0
 
 
 @pytest.mark.clause("RST-02")
 @pytest.mark.destructive
 @pytest.mark.slow
 @pytest.mark.needs("queue-stall")
-def test_rst02_wedged_device_reset_on_drain_timeout_faulted_over_budget(host_factory, measurements):
+def test_rst02_wedged_device_reset_on_drain_timeout_faulted_over_budget(host_factory, measurements,
+                                                                        preconditions):
     host = host_factory.start(runtime_overrides={"reset_timeout_ms": RESET_TIMEOUT_MS})
     runtime = host.runtime
     config = runtime.hello["config"]
@@ -47,11 +56,22 @@ def test_rst02_wedged_device_reset_on_drain_timeout_faulted_over_budget(host_fac
     slot, bdf, _record = healthy_device(host, "queue-stall")
     mark = subscribe(runtime)
 
-    if "reset-not-ready" in host.faults.slot_capabilities(slot):
-        host.faults.delay_reset_ready(slot, RESUME_AFTER_S)
-    stall = host.faults.stall_queue(slot, resume_after_s=RESUME_AFTER_S)
-    result = runtime.call("remove", {"device": bdf}, timeout_s=RESUME_AFTER_S + 2 * CALL_TIMEOUT_S)
-    stall.wait_resumed(RESUME_AFTER_S + EVENT_TIMEOUT_S)
+    model = "reset-not-ready" in host.faults.slot_capabilities(slot)
+    if model:
+        host.faults.delay_reset_ready(slot, NOT_READY_AFTER_FLR_S)
+    stall = host.faults.stall_queue(slot)
+    try:
+        match, release, release_on = _release_point(bdf, stall, model)
+        hold = preconditions.hold("queue_stuck_reset_held", "the queue stuck until the drain gave up "
+                                  "and the reset kept past its budget", runtime, "procedure", mark, match,
+                                  release_on, release, HOLD_DEADLINE_S, held_from_ns=stall.record.injected_ns)
+        result = runtime.call("remove", {"device": bdf},
+                              timeout_s=HOLD_DEADLINE_S + HOLD_PAST_RESET_S + 2 * CALL_TIMEOUT_S)
+        held = hold.wait(HOLD_DEADLINE_S + HOLD_PAST_RESET_S + EVENT_TIMEOUT_S)
+    finally:
+        stall.resume()  # idempotent: a failed call never leaves the backend stopped
+    preconditions.met(held, f"released by {held.released_by} after {held.held_ms} ms"
+                      + ("" if held.by_event else f": the runtime had {HOLD_DEADLINE_S:g} s"))
 
     run = [e["data"] for e in steps(runtime, bdf, mark, "hot_remove")]
     order = [(s["step"], s["status"]) for s in run]
@@ -63,7 +83,7 @@ def test_rst02_wedged_device_reset_on_drain_timeout_faulted_over_budget(host_fac
         f"no forced reset after the drain timed out: {order}")
     reset_done = next((s for s in run if s["step"] == "reset" and s["status"] != "started"), None)
     assert reset_done is not None and reset_done["status"] == "timeout", (
-        f"the reset of the wedged {bdf} ran ~{RESUME_AFTER_S:.0f} s against a {RESET_TIMEOUT_MS} ms "
+        f"the reset of the wedged {bdf} was held past its {RESET_TIMEOUT_MS} ms "
         f"budget and should have timed out: {reset_done}")
     assert result.get("reset", {}).get("outcome") == "timeout", f"remove's reply: {result}"
 
@@ -87,3 +107,21 @@ def test_rst02_wedged_device_reset_on_drain_timeout_faulted_over_budget(host_fac
     # mastering cleared before the drain, the stuck read's completion cannot be posted after
     # the backend answers, so the reset only ends with the nvme driver's 30 s I/O timeout.
     measurements.record("RST-02", "reset_started_to_faulted_guest_clock", [waited_ms], "ms")
+
+
+def _release_point(bdf: str, stall, model: bool):
+    """(event match, release, in words): a model's queue is let go when its drain has ended (the
+    not-ready card holds the reset); an nvme's stuck read only HOLD_PAST_RESET_S after the
+    reset's start (it freezes the VM: no later event can arrive before it is let go)."""
+    if model:
+        return (lambda d: (d.get("device") == bdf and d.get("procedure") == "hot_remove"
+                           and d.get("step") == "drain" and d.get("status") != "started"),
+                stall.resume, "the end of the drain (the card then stays not ready after the FLR)")
+
+    def answer_later() -> int:
+        time.sleep(HOLD_PAST_RESET_S)  # from the runtime's reset start: 3x its budget, by construction
+        return stall.resume()
+
+    return (lambda d: (d.get("device") == bdf and d.get("procedure") == "hot_remove"
+                       and d.get("step") == "reset" and d.get("status") == "started"),
+            answer_later, f"the reset's start, then {HOLD_PAST_RESET_S:g} s")
