@@ -154,6 +154,17 @@ def _figures(measurements: list[dict]) -> dict[str, list[dict]]:
     return per_clause
 
 
+PRECONDITION_KEYS = ("nodeid", "name", "precondition", "release_on", "released_by", "held_ms", "met", "note")
+
+
+def _preconditions(records: list[dict]) -> dict[str, list[dict]]:
+    """Per clause, what its tests held in place and whether it was in place when the runtime acted."""
+    per_clause = defaultdict(list)
+    for record in records:
+        per_clause[record["clause"]].append({key: record.get(key) for key in PRECONDITION_KEYS})
+    return per_clause
+
+
 def _device_plugin(records: list[dict]) -> dict | None:
     """The plugin the DP tests certified, from every worker's record (the same plugin: resources and
     Register API versions joined); None when no DP test ran."""
@@ -221,6 +232,7 @@ def build(run: RunFolder, sensitivity: dict | None = None) -> dict:
             if clause != test.get("clause"):
                 by_clause.setdefault(clause, []).append(test)
     figures = _figures(run.measurements())
+    held = _preconditions(run.preconditions())
     statements = clause_statements()
     clauses = []
     for clause_id in sorted(by_clause, key=_clause_order):
@@ -240,6 +252,7 @@ def build(run: RunFolder, sensitivity: dict | None = None) -> dict:
                     for t in results
                 ],
                 "figures": figures.get(clause_id, []),
+                "preconditions": held.get(clause_id, []),
             }
         )
     finish = run.session_finish()

@@ -79,6 +79,13 @@ def _verdict_table(certificate: dict) -> str:
             )
             for f in clause["figures"]
         )
+        held = "".join(
+            f'<div class="muted">precondition {escape(h["name"])}: '
+            f"{'met' if h['met'] else 'MISSED' if h['met'] is False else 'not judged'}, held "
+            f"{'?' if h['held_ms'] is None else format(h['held_ms'], '.0f')} ms until "
+            f"{escape(str(h['released_by']))} ({escape(h['release_on'])})</div>"
+            for h in clause.get("preconditions", [])
+        )
         rows.append(
             _row(
                 [
@@ -86,7 +93,7 @@ def _verdict_table(certificate: dict) -> str:
                     escape(clause["statement"]),
                     f"<b>{escape(clause['verdict'])}</b>",
                     tests,
-                    figures,
+                    figures + held,
                 ],
                 f' class="clause-row v-{clause["verdict"]}" data-verdict="{clause["verdict"]}"',
             )

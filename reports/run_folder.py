@@ -142,6 +142,10 @@ class RunFolder:
     def measurements(self) -> list[dict]:
         return _read_json_files(self.measurements_dir)
 
+    def preconditions(self) -> list[dict]:
+        """Every precondition a test held and judged (fixtures/preconditions.py)."""
+        return _read_json_files(self.measurements_dir / "preconditions")
+
     def hosts(self) -> list[dict]:
         return _read_json_files(self.path / "hosts")
 

@@ -234,3 +234,23 @@ def test_the_schema_refuses_a_device_plugin_it_does_not_describe(tmp_path, edit)
     bad["device_plugin"].update(edit)
     with pytest.raises(CertificateInvalid, match="device_plugin"):
         validate(bad)
+
+
+def test_a_clause_lists_the_preconditions_its_tests_held_and_a_missed_one_is_inconclusive(tmp_path):
+    """What fixtures/preconditions.py writes reaches the clause, met or missed, with its hold."""
+    import json
+
+    run = recorded_run(tmp_path)
+    folder = run.measurements_dir / "preconditions"
+    folder.mkdir(parents=True)
+    held = {"nodeid": DISC03, "clause": "DISC-03", "name": "read_in_flight_gpu0",
+            "precondition": "a read in flight when the drain starts", "release_on": "isolate",
+            "held_from_ns": 1, "released_ns": 2_000_001, "released_by": "event", "event_seq": 7,
+            "held_ms": 2.0, "met": False, "note": "the drain's first poll found it done"}
+    (folder / "DISC-03-read-0.json").write_text(json.dumps(held))
+    set_outcome(run, DISC03, "inconclusive", "Inconclusive: DISC-03 precondition missed")
+    cert = build(run)
+    disc03 = next(c for c in cert["clauses"] if c["id"] == "DISC-03")
+    assert disc03["verdict"] == "inconclusive" and cert["exit_code"] == 2
+    assert disc03["preconditions"] == [{k: held[k] for k in certificate.PRECONDITION_KEYS}]
+    assert next(c for c in cert["clauses"] if c["id"] == "DISC-01")["preconditions"] == []
