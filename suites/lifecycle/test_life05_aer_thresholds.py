@@ -17,15 +17,25 @@ counts (the decayed weight of N errors is just under N).
 * Policy (`nonfatal_recovered = DEGRADED`, thresholds out of reach): one recovered
   error -> DEGRADED although the error weight is far below degrade_weight; `recover`
   -> HEALTHY.
+* Decay (a half-life of seconds, one error past degrade_weight): the device is DEGRADED;
+  it is watched for longer than the decay takes to bring its weight under
+  degrade_weight (plus three health polls, where a runtime would act on it) and must
+  stay DEGRADED, however far its errors faded, until `recover`; then `recover` heals it.
+  "Nothing else" returns DEGRADED -> HEALTHY. An error whose weight had already faded
+  under the threshold when the kernel finished recovering it (a test bed slower than
+  the half-life) is the test bed's miss: inconclusive, never a failure.
 """
 
 from __future__ import annotations
+
+import math
 
 import pytest
 from lifecycle_support import (
     PROCEDURE_TIMEOUT_S,
     STEADY_AER,
     allocate,
+    device_record,
     flush,
     health_moves,
     inject_nonfatal,
@@ -39,12 +49,19 @@ from lifecycle_support import (
     wait_state,
 )
 
+from hilconform.fixtures.errors import Inconclusive
+
 pytestmark = [pytest.mark.clause("LIFE-05"), pytest.mark.destructive]
 
 THRESHOLDS = {**STEADY_AER, "nonfatal_recovered": "HEALTHY", "degrade_weight": threshold(2),
               "fault_weight": threshold(4)}
 DEGRADING_POLICY = {**STEADY_AER, "nonfatal_recovered": "DEGRADED", "degrade_weight": 100.0,
                     "fault_weight": 200.0}
+# One error (weight 1) degrades the device while it has not faded to a quarter: two half-lives,
+# 6 s from its count to the kernel's recovery, which the test bed needs (else inconclusive).
+DECAYING_POLICY = {"half_life_s": 3.0, "reset_weight": 1000.0, "nonfatal_recovered": "HEALTHY",
+                   "degrade_weight": 0.25, "fault_weight": 100.0}
+POLLS_WATCHED = 3  # health polls after the weight fell under degrade_weight, where a runtime acts
 
 
 def _start(host_factory, aer: dict):
@@ -132,6 +149,49 @@ def test_a_recovered_error_leaves_the_state_the_policy_names(host_factory):
     assert record["aer"]["weight"] < DEGRADING_POLICY["degrade_weight"], record["aer"]
     _recover(runtime, bdf)
 
+    flush(runtime)
+    assert health_moves(runtime, start, bdf) == [("HEALTHY", "DEGRADED"), ("DEGRADED", "HEALTHY")]
+    checker.feed_all(runtime.events(mark))
+    checker.assert_clean()
+
+
+def test_a_degraded_device_stays_degraded_after_its_errors_decay_until_recover(host_factory):
+    host, runtime = _start(host_factory, DECAYING_POLICY)
+    checker, mark = subscribe_live(runtime)
+    target = settled_inventory(runtime)["devices"][0]
+    require_aer_recovery(target)
+    bdf = target["device"]
+    start = runtime.mark()
+    degrade = DECAYING_POLICY["degrade_weight"]
+
+    outcome = inject_nonfatal(host, slot_of(host, bdf), bdf)["data"]
+    assert outcome["kind"] == "recovered", f"the kernel did not recover {bdf}: {outcome}"
+    record = device_record(runtime, bdf)
+    if record["state"] == "HEALTHY" and outcome.get("weight", degrade) < degrade:
+        raise Inconclusive(f"the error's weight had faded to {outcome.get('weight')} (under degrade_weight "
+                           f"{degrade}) by the time the kernel recovered {bdf}: the test bed was slower "
+                           f"than the policy's half-life of {DECAYING_POLICY['half_life_s']} s")
+    assert record["state"] == "DEGRADED", (
+        f"one error, weight {outcome.get('weight')} at its recovery >= degrade_weight {degrade}: {record}")
+
+    weight = record["aer"]["weight"]
+    poll_s = runtime.hello["config"].get("health_poll_ms", 1000) / 1000.0
+    faded_s = DECAYING_POLICY["half_life_s"] * math.log2(max(weight, degrade) / degrade)
+    watch_s = faded_s + POLLS_WATCHED * poll_s + 1.0
+    watched = runtime.mark()
+    moved = runtime.event_or_none("transition", watched, watch_s,
+                                  match=lambda d: d["device"] == bdf and d["view"] == "health")
+    record = device_record(runtime, bdf)
+    assert moved is None and record["state"] == "DEGRADED", (
+        f"{bdf} was DEGRADED with error weight {weight}; {watch_s:.1f} s later (its weight under "
+        f"degrade_weight {degrade} after {faded_s:.1f} s, then {POLLS_WATCHED} health polls) it moved "
+        f"{moved and (moved['data']['from'], moved['data']['to'], moved['data']['cause'])} and is "
+        f"{record['state']}: only a recovery operation returns DEGRADED -> HEALTHY")
+    if record["aer"]["weight"] >= degrade:
+        raise Inconclusive(f"{bdf}'s error weight is still {record['aer']['weight']} after {watch_s:.1f} s "
+                           f"(more errors than the one injected?): its decay was never watched")
+
+    _recover(runtime, bdf)
     flush(runtime)
     assert health_moves(runtime, start, bdf) == [("HEALTHY", "DEGRADED"), ("DEGRADED", "HEALTHY")]
     checker.feed_all(runtime.events(mark))
