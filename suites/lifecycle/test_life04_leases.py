@@ -35,7 +35,6 @@ from lifecycle_support import (
     wait_state,
 )
 
-from hilconform.fixtures.errors import InfrastructureError
 from hilconform.fixtures.runtime_client import RuntimeUnresponsive
 
 pytestmark = pytest.mark.clause("LIFE-04")
@@ -50,7 +49,7 @@ MIN_MARGIN_S = 0.05
 DEFAULT_TOLERANCE_MS = 1000.0  # when a profile has no lease_expiry_tolerance_ms
 
 
-def test_unrenewed_lease_expires_at_its_ttl_and_a_renewed_one_is_kept(host, measurements):
+def test_unrenewed_lease_expires_at_its_ttl_and_a_renewed_one_is_kept(host, measurements, preconditions):
     runtime = host.runtime
     checker, mark = subscribe_live(runtime)
     ttl_s = float(runtime.hello["config"]["lease_ttl_s"])
@@ -92,10 +91,11 @@ def test_unrenewed_lease_expires_at_its_ttl_and_a_renewed_one_is_kept(host, meas
                 f"{', '.join(f'{m:.2f}' for m in margins)} s before their deadlines): {ended['data']}")
             sent = time.monotonic_ns()
             margin = ttl_s - (sent - kept_sent) / 1e9
-            if margin < MIN_MARGIN_S:
-                raise InfrastructureError(
-                    f"LIFE-04 test bed too slow: a renewal due {ttl_s - delay:.2f} s before the lease's "
-                    f"deadline was sent only {margin * 1000:.0f} ms before it")
+            if margin < MIN_MARGIN_S:  # the test bed's miss: the runtime is not judged on it
+                preconditions.observed(
+                    "renewal_in_time", f"a renewal sent at least {MIN_MARGIN_S * 1000:.0f} ms before the "
+                    "lease's deadline", False, f"a renewal due {ttl_s - delay:.2f} s before the deadline "
+                    f"was sent only {margin * 1000:.0f} ms before it (the host was late)")
             margins.append(margin)
             renewed = runtime.call("renew", {"lease": kept["lease"]})
             assert renewed["expires_ns"] > expires_ns and abs(renewed["ttl_s"] - ttl_s) < 1e-6, (
