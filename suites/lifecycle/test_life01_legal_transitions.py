@@ -15,7 +15,11 @@ stand-in kind no boot device is, edu on a100/t4, reports 1.0 where the runtime e
 
 Every transition is checked against the published table (legal pair, ts_ns, cause,
 checkpoint, per-device continuity and monotonic time, the published view
-combination), and the inventory must sit exactly where the transitions left it.
+combination) and the spec's rules on causes (fixtures/transition_rules.toml: the ways
+back to HEALTHY only by `recover`, inside its procedure run, and by the release
+checkpoint; a table that allows more is itself a violation), and the inventory must
+sit exactly where the transitions left it. The same rules are checked on every other
+suite test's events (fixtures/transition_watch.py).
 """
 
 from __future__ import annotations
