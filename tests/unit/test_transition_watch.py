@@ -121,6 +121,19 @@ def test_a_runtime_that_does_not_publish_its_table_is_not_judged(host_factory):
 @pytest.mark.clause("DISC-03")
 def test_without_a_runtime(host_factory):
     host_factory.hosts.append(stand_in(None))
+
+class Exploding:
+    @property
+    def hosts(self):
+        raise RuntimeError("a fixture value the watch cannot look into")
+
+@pytest.fixture
+def exploding():
+    return Exploding()
+
+@pytest.mark.clause("DISC-04")
+def test_the_watchs_own_trouble_changes_nothing(exploding):
+    pass
 '''
 
 
@@ -151,7 +164,9 @@ def test_the_watch_fails_and_counts_life01_only_where_the_test_ended_as_a_findin
         "test_a_host_started_during_the_call_counts_from_its_first_event": ("failed", ["LIFE-01"]),
         "test_a_runtime_that_does_not_publish_its_table_is_not_judged": ("passed", []),
         "test_without_a_runtime": ("passed", []),
+        "test_the_watchs_own_trouble_changes_nothing": ("passed", []),
     }, stdout[-4000:]
+    assert "the watch could not start" in stdout
     message = tests["test_passes_but_its_events_break_life01"]["message"]
     assert "LIFE-01" in message and "cause kind 'aer' may not take it" in message, message
     assert "its own finding" in tests["test_fails_on_its_own_clause_and_breaks_life01"]["message"]
