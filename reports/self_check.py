@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from hilconform.fixtures.clauses import ALSO_FAILED_PROPERTY
+from hilconform.fixtures.clauses import ALSO_FAILED_PROPERTY, OWN_CLAUSE_PASSED_PROPERTY
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 CATALOGUE = CHECKOUT / "tests" / "mutants" / "mutants.toml"
@@ -84,6 +84,7 @@ class TestOutcome:
     identities: list[str] = field(default_factory=list)
     seconds: float = 0.0
     also_failed: list[str] = field(default_factory=list)  # other clauses its call found broken
+    own_clause_passed: bool = False  # failed for those alone
 
 
 @dataclass
@@ -160,6 +161,7 @@ def read_junit(path: Path) -> dict[str, TestOutcome]:
             identities=sorted({v for k, v in props if k == IDENTITY_PROPERTY}),
             seconds=round(float(case.get("time") or 0.0), 1),
             also_failed=sorted({v for k, v in props if k == ALSO_FAILED_PROPERTY}),
+            own_clause_passed=any(k == OWN_CLAUSE_PASSED_PROPERTY for k, _ in props),
         )
     return outcomes
 
@@ -170,7 +172,8 @@ def judge_mutant(mutant: Mutant, outcomes: dict[str, TestOutcome]) -> tuple[str,
     ran_mutant = any(mutant.name in t.identities for t in tests)
     foreign = sorted({i for t in tests for i in t.identities} - {mutant.name})
     caught = [t.nodeid for t in tests
-              if t.outcome == "failed" and mutant.breaks in (t.clause, *t.also_failed)]
+              if t.outcome == "failed" and mutant.breaks in (
+                  *([] if t.own_clause_passed else [t.clause]), *t.also_failed)]
     broken = [f"{t.nodeid}: {t.outcome} {t.message}".strip() for t in tests
               if t.outcome in ("error", "missing")]
     if foreign:

@@ -55,6 +55,7 @@ def certificate(host: str, outcomes: dict[str, list[str]], messages: dict[str, s
                 "verdict": clause_verdict(results),
                 "tests": tests,
                 "figures": [],
+                "preconditions": [],
             }
         )
     overall = overall_verdict({c["id"]: c["verdict"] for c in clauses}, {}, None, 0)

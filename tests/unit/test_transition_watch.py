@@ -167,6 +167,9 @@ def test_the_watch_fails_and_counts_life01_only_where_the_test_ended_as_a_findin
         "test_the_watchs_own_trouble_changes_nothing": ("passed", []),
     }, stdout[-4000:]
     assert "the watch could not start" in stdout
+    own = {name for name, r in tests.items() if r.get("own_clause_passed")}
+    assert own == {"test_passes_but_its_events_break_life01",
+                   "test_a_host_started_during_the_call_counts_from_its_first_event"}, own
     message = tests["test_passes_but_its_events_break_life01"]["message"]
     assert "LIFE-01" in message and "cause kind 'aer' may not take it" in message, message
     assert "its own finding" in tests["test_fails_on_its_own_clause_and_breaks_life01"]["message"]
@@ -175,6 +178,8 @@ def test_the_watch_fails_and_counts_life01_only_where_the_test_ended_as_a_findin
     # the JUnit XML carries the property the self-check reads
     assert junit["test_passes_but_its_events_break_life01"].also_failed == ["LIFE-01"]
     assert junit["test_breaks_the_test_bed_after_breaking_life01"].also_failed == []
+    assert junit["test_passes_but_its_events_break_life01"].own_clause_passed
+    assert not junit["test_fails_on_its_own_clause_and_breaks_life01"].own_clause_passed
 
 
 def test_the_self_check_takes_an_also_failed_clause_as_a_kill():
@@ -185,3 +190,13 @@ def test_the_self_check_takes_an_also_failed_clause_as_a_kill():
     failed.also_failed = []
     assert self_check.judge_mutant(mutant, {"a.py::t": failed})[0] == "survived"
     assert ALSO_FAILED_PROPERTY == "also_failed_clause"
+
+
+def test_a_test_failed_by_the_watch_alone_kills_no_mutant_of_its_own_clause():
+    """An HP-02 mutant is not "killed" by HP-02's test failing for a LIFE-01 violation alone."""
+    mutant = self_check.Mutant("m", "hilconform.tests.mutants.m", "LIFE-05", "x", ("a.py::t",), False)
+    failed = self_check.TestOutcome("a.py::t", "failed", clause="LIFE-05", identities=["m"],
+                                    also_failed=["LIFE-01"], own_clause_passed=True)
+    assert self_check.judge_mutant(mutant, {"a.py::t": failed})[0] == "survived"
+    failed.own_clause_passed = False
+    assert self_check.judge_mutant(mutant, {"a.py::t": failed})[0] == "killed"
