@@ -42,8 +42,6 @@ even a healthy queue cannot drain and the removal ends in a forced reset.)
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from hotplug_support import (
     REMOVE_CALL_TIMEOUT_S,
@@ -60,6 +58,8 @@ from hotplug_support import (
     subscribe,
     wait_procedure_end,
 )
+
+from hilconform.fixtures.preconditions import after
 
 pytestmark = [pytest.mark.clause("HP-02"), pytest.mark.destructive]
 
@@ -84,15 +84,10 @@ def _release_point(bdf: str, stall, timeout_ms: float):
                            and d.get("step") != "begin"),
                 stall.answer_at_next_look,
                 "the removal's first step after begin (isolate), then the drain's next look")
-    after_s = timeout_ms / 6 / 1000
-
-    def answer_later() -> int:
-        time.sleep(after_s)  # anchored on the drain's own start; a drain not polling by then: inconclusive
-        return stall.resume()
-
+    after_s = timeout_ms / 6 / 1000  # from the drain's own start; a drain not polling by then: inconclusive
     return (lambda d: (d.get("device") == bdf and d.get("procedure") == "hot_remove"
                        and d.get("step") == "drain"),
-            answer_later, f"the drain's announced start, then {after_s * 1000:.0f} ms")
+            after(after_s, stall.resume), f"the drain's announced start, then {after_s * 1000:.0f} ms")
 
 
 @pytest.mark.needs("queue-stall")

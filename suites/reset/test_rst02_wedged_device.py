@@ -25,8 +25,6 @@ before it leaves, and never reported HEALTHY.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from reset_support import (
     CALL_TIMEOUT_S,
@@ -36,6 +34,8 @@ from reset_support import (
     steps,
     subscribe,
 )
+
+from hilconform.fixtures.preconditions import after
 
 RESET_TIMEOUT_MS = 1000
 NOT_READY_AFTER_FLR_S = 4.0  # a model card's not-ready time after the runtime's own FLR
@@ -117,11 +117,6 @@ def _release_point(bdf: str, stall, model: bool):
         return (lambda d: (d.get("device") == bdf and d.get("procedure") == "hot_remove"
                            and d.get("step") == "drain" and d.get("status") != "started"),
                 stall.resume, "the end of the drain (the card then stays not ready after the FLR)")
-
-    def answer_later() -> int:
-        time.sleep(HOLD_PAST_RESET_S)  # from the runtime's reset start: 3x its budget, by construction
-        return stall.resume()
-
     return (lambda d: (d.get("device") == bdf and d.get("procedure") == "hot_remove"
                        and d.get("step") == "reset" and d.get("status") == "started"),
-            answer_later, f"the reset's start, then {HOLD_PAST_RESET_S:g} s")
+            after(HOLD_PAST_RESET_S, stall.resume), f"the reset's start, then {HOLD_PAST_RESET_S:g} s")

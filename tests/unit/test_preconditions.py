@@ -90,3 +90,12 @@ def test_an_observed_precondition_not_in_place_is_inconclusive(tmp_path):
     assert pre.observed("renewal", "sent in time", True).met is True
     with pytest.raises(Inconclusive, match="sent only 10 ms"):
         pre.observed("renewal", "sent in time", False, "sent only 10 ms before it")
+
+
+def test_a_release_after_a_delay_waits_from_the_event_then_releases():
+    from hilconform.fixtures.preconditions import after
+
+    released = []
+    later = after(0.05, lambda: released.append(time.monotonic_ns()) or 7)
+    start = time.monotonic_ns()
+    assert later() == 7 and (released[0] - start) / 1e6 >= 50
