@@ -200,3 +200,35 @@ def test_a_test_failed_by_the_watch_alone_kills_no_mutant_of_its_own_clause():
     assert self_check.judge_mutant(mutant, {"a.py::t": failed})[0] == "survived"
     failed.own_clause_passed = False
     assert self_check.judge_mutant(mutant, {"a.py::t": failed})[0] == "killed"
+
+
+def test_a_client_cut_off_mid_stream_is_not_judged_on_what_only_its_end_could_show():
+    """A runtime restart drops the client between a health move and the main move the published
+    combination pairs with it: not a finding; on a client still open it is one."""
+    from types import SimpleNamespace
+
+    from hilconform.fixtures.runtime_client import RuntimeClient
+    from hilconform.fixtures.transition_watch import judge
+    from hilconform.runtime.lifecycle import TransitionTable
+
+    class Cut(RuntimeClient):
+        def __init__(self):
+            super().__init__("/nonexistent")
+
+        def call(self, method, params=None, timeout_s=10.0):
+            return TransitionTable.load().to_dict()
+
+    def watched(closed: bool):
+        client = Cut()
+        client._events.append({"event": "transition", "seq": 5, "ts_ns": 5, "data": {
+            "device": "0000:02:00.0", "view": "main", "from": "POWER_OFF", "to": "FIRMWARE_LOADED",
+            "cause": "hot_add:firmware", "checkpoint": {"name": "c", "ok": True}, "ts_ns": 5}})
+        client._events.append({"event": "transition", "seq": 6, "ts_ns": 6, "data": {
+            "device": "0000:02:00.0", "view": "health", "from": "DISCOVERED", "to": "HEALTHY",
+            "cause": "hot_add:boot", "checkpoint": {"name": "c", "ok": True}, "ts_ns": 6}})
+        client._closed = closed
+        host = SimpleNamespace(name="h", _runtime=Cut())
+        return [(host, client, 0)]
+
+    assert judge(watched(closed=True))[0] == []
+    assert [clause for clause, _ in judge(watched(closed=False))[0]] == ["LIFE-01"]
