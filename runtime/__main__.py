@@ -53,10 +53,16 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, ImportError, Inconclusive) as exc:
         print(f"hilconform-runtime: cannot start: {exc}", file=sys.stderr)
         return 1
+    # The handler only notes the signal: it runs in this thread, possibly inside service.wait(),
+    # which holds the stop event's lock, and request_stop() setting that event from there
+    # deadlocked (seen once in ~40 restarts: the runtime never stopped on SIGTERM). The loop below
+    # acts on it within a second.
+    stop_signals: list[str] = []
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda n, _f: service.request_stop(signal.Signals(n).name))
+        signal.signal(signum, lambda n, _f: stop_signals.append(signal.Signals(n).name))
     while not service.wait(1.0):
-        pass
+        if stop_signals:
+            service.request_stop(stop_signals[0])
     service.stop()
     return 0
 
