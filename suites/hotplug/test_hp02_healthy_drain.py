@@ -9,13 +9,17 @@ way, then answered (fixtures/preconditions.py: event, not delay; deadline HOLD_D
 on a device model from the removal's first step after `begin` (`isolate`), right after the
 drain's next read of its in-flight count (that read still finds it in flight:
 `QueueStall.answer_at_next_look`); on an NBD-backed nvme, which cannot see the drain look and
-answers ~8 ms after it is let go, a third of the drain's timeout after the drain's announced
+answers ~8 ms after it is let go, a sixth of the drain's timeout after the drain's announced
 start (`drain started`). A fixed
 hold raced the runtime: on a loaded host the drain began after a 0.12 s hold had ended and
-a correct runtime was called NONCONFORMANT. Missed, and so inconclusive: the runtime
-announced no step before its drain; the drain's first poll already found the queue empty
-(`polls` < 2: the read was answered before the drain looked); a drain that gave up less
-than half its timeout after the read was answered (the host released it late).
+a correct runtime was called NONCONFORMANT. Missed: the runtime announced no step before its
+drain; the drain's first poll already found the queue empty (`polls` < 2: the read was
+answered before the drain looked: seen 1 in 20 idle removals on a100-stock, the guest's CPU
+given to another VM for the 50 ms); a drain that gave up less than half its timeout after the
+read was answered (the host released it late). A removal that missed it is recorded as missed
+and is no sample of the clause (its behaviour is not judged beyond what needs no precondition:
+a drain reported done before the read was answered); the test is inconclusive only when not
+one of its removals had the read in flight while the drain polled.
 
 Behaviour (the runtime's; wrong: fail), per removal: a drain step, `ok`, never reported
 done before the read was answered (on the host's clock: the drain event received before
@@ -59,6 +63,7 @@ from hotplug_support import (
     wait_procedure_end,
 )
 
+from hilconform.fixtures.errors import Inconclusive
 from hilconform.fixtures.preconditions import after
 
 pytestmark = [pytest.mark.clause("HP-02"), pytest.mark.destructive]
@@ -122,12 +127,17 @@ def test_healthy_queue_drains_without_reset(host_factory, measurements, precondi
             removals.append((slot, bdf, held, mark, result, end))
     finally:
         stalls = witness.stop()
+    set_aside = []  # removals whose read was not in flight while the drain polled
     for slot, bdf, held, mark, result, end in removals:
         steps = run_steps(runtime, mark, end["data"]["run"])
         order = describe_steps(steps)
         drain = final_step(steps, "drain")
         assert drain is not None, f"no drain step in the removal of {bdf} ({order})"
-        _judge_precondition(preconditions, held, drain, steps, bdf, timeout_ms, order)
+        try:
+            _judge_precondition(preconditions, held, drain, steps, bdf, timeout_ms, order)
+        except Inconclusive as missed:  # recorded as missed; this removal is no sample of the clause
+            set_aside.append(missed)
+            continue
         assert drain["status"] == "ok", (
             f"healthy queue of {bdf} did not drain: {drain} (steps: {order})")
         assert drain.get("polls", 0) > 0, (
@@ -144,9 +154,11 @@ def test_healthy_queue_drains_without_reset(host_factory, measurements, precondi
         assert "reset" not in result, f"remove of {bdf} reports a reset: {result}"
         assert not events_for(runtime, mark, "reset", bdf), f"reset event for {bdf}"
         assert result["drain"]["status"] == "ok" and result["ok"] is True, result
+    assert runtime.violations == []
+    if not drain_ms:  # not one removal had its read in flight while the drain polled
+        raise set_aside[0]
     measurements.record("HP-02", "healthy_drain", drain_ms, "ms", budget=timeout_ms + tolerance_ms,
                         budget_stat="max")  # judged above, each less the node's stalls where allowed
-    assert runtime.violations == []
 
 
 def _judge_precondition(preconditions, held, drain: dict, steps: list[dict], bdf: str,
@@ -181,6 +193,13 @@ def _judge_precondition(preconditions, held, drain: dict, steps: list[dict], bdf
                                    f"read answered {held.held_ms} ms into the hold had completed before "
                                    f"the drain looked ({drain})")
     if drain["status"] != "ok":
+        before = max((s for s in steps if s["seq"] < drain["seq"]), key=lambda s: s["seq"])
+        gave_up_ms = (drain["ts_ns"] - before["ts_ns"]) / 1e6  # runtime clock; from an earlier step: longer
+        if gave_up_ms < timeout_ms:  # a test bed's stalls only lengthen it: never the test bed's doing
+            raise AssertionError(
+                f"drain of {bdf} ended {drain['status']!r} {gave_up_ms:.1f} ms after the {before['step']} "
+                f"step (runtime clock), before its timeout of {timeout_ms:g} ms: a healthy queue's drain "
+                f"gave up early ({drain}; steps: {order})")
         answered_before_ms = (drain["host_ns"] - released_ns) / 1e6
         if answered_before_ms < timeout_ms / 2:
             preconditions.missed(held, f"the read was answered only {answered_before_ms:.1f} ms before "
