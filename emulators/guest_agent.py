@@ -4,6 +4,16 @@ The agent speaks QMP-style JSON over a virtio-serial port whose host end is a
 unix socket. It has no greeting, so a session starts with
 `guest-sync-delimited` (the reply is preceded by 0xFF, which lets us skip any
 stale bytes from an earlier session). Every call has a deadline.
+
+Why the channel can never go out of step: the agent answers every request, in
+order, even one whose caller gave up. A call that timed out (a 16 MB write
+under TCG), a reconnect or a line of garbage leaves replies on the way that
+belong to nobody; the next call used to read them as its own ("guest-get-time:
+Invalid parameter 'pid'"). So after any such trouble the client is *out of
+step*, and the next call first resynchronises: `guest-sync-delimited` with a
+fresh token, everything before the 0xFF delimiter and every reply that is not
+the token's discarded. Every request also carries its own `id`, which the agent
+echoes, and a reply with another `id` is never taken for this one's.
 """
 
 from __future__ import annotations
@@ -38,12 +48,19 @@ class GuestResult:
         return self
 
 
+WRITE_FILE_MAX_BYTES = 1 << 20  # write_file's limit: larger files go through the VM's share
+SYNC_TIMEOUT_S = 5.0  # a resync before a call: the agent may still be busy with the abandoned one
+
+
 class GuestAgent:
     def __init__(self, socket_path: Path):
         self.socket_path = socket_path
         self._sock: socket.socket | None = None
         self._buffer = b""
         self._lock = threading.Lock()
+        self._in_step = False  # no reply owed to nobody is on its way (set by a sync, cleared by trouble)
+        self._next_id = 0
+        self.resyncs = 0  # how often a call had to resynchronise first (a diagnostic)
 
     # -- session --------------------------------------------------------------------------------
     def wait_ready(self, timeout_s: float, alive=None) -> float:
@@ -65,29 +82,47 @@ class GuestAgent:
     def sync(self, timeout_s: float = 2.0) -> None:
         with self._lock:
             self._connect()
-            token = random.randint(1, 2**31)
-            self._send({"execute": "guest-sync-delimited", "arguments": {"id": token}})
-            deadline = time.monotonic() + timeout_s
-            while True:
-                reply = self._read_message(deadline, after_delimiter=True)
-                if reply.get("return") == token:
-                    return
+            self._sync(time.monotonic() + timeout_s)
+
+    def _sync(self, deadline: float) -> None:
+        """Bring the channel into step: a fresh token, everything before its delimited reply
+        dropped (stale replies of abandoned calls included)."""
+        self._in_step = False
+        token = random.randint(1, 2**31)
+        self._send({"execute": "guest-sync-delimited", "arguments": {"id": token}})
+        while True:
+            reply = self._read_message(deadline, after_delimiter=True)
+            if reply.get("return") == token:
+                self._in_step = True
+                return
 
     def close(self) -> None:
         if self._sock is not None:
             self._sock.close()
         self._sock = None
         self._buffer = b""
+        self._in_step = False
 
     # -- commands -------------------------------------------------------------------------------
     def call(self, command: str, arguments: dict | None = None, timeout_s: float = 10.0) -> Any:
         with self._lock:
             self._connect()
-            message: dict[str, Any] = {"execute": command}
+            if not self._in_step:
+                self.resyncs += 1
+                self._sync(time.monotonic() + max(SYNC_TIMEOUT_S, timeout_s))
+            self._next_id += 1
+            request_id = f"hc-{self._next_id}"
+            message: dict[str, Any] = {"execute": command, "id": request_id}
             if arguments:
                 message["arguments"] = arguments
+            self._in_step = False  # until its own reply is read: a timeout leaves it on the way
             self._send(message)
-            reply = self._read_message(time.monotonic() + timeout_s)
+            deadline = time.monotonic() + timeout_s
+            while True:
+                reply = self._read_message(deadline)
+                if reply.get("id", request_id) == request_id:  # an agent that echoes no id: in order
+                    break
+            self._in_step = True
         if "error" in reply:
             err = reply["error"]
             raise GuestAgentError(f"guest agent {command}: {err.get('class')}: {err.get('desc')}")
@@ -120,7 +155,14 @@ class GuestAgent:
         return self.run(["/bin/sh", "-c", script], timeout_s=timeout_s)
 
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        """Write `data` to `path` in the guest (folders made as needed) with permissions `mode`."""
+        """Write `data` to `path` in the guest (folders made as needed) with permissions `mode`.
+
+        For small files only (configuration, scripts): the bytes travel base64-encoded in one
+        `guest-exec` message, which the agent parses whole; a 22 MB plugin never arrived. A large
+        file goes through the VM's share (EmulatedVM.share_file_in_guest)."""
+        if len(data) > WRITE_FILE_MAX_BYTES:
+            raise ValueError(f"{path}: {len(data)} bytes is too large for the guest agent (at most "
+                             f"{WRITE_FILE_MAX_BYTES}): put it in the VM's share")
         result = self.run(["/bin/sh", "-c", 'mkdir -p "$(dirname "$1")" && cat > "$1" && chmod "$2" "$1"',
                            "sh", path, f"{mode:o}"], stdin=data)
         if result.exit_code != 0:
@@ -153,7 +195,11 @@ class GuestAgent:
 
     def _send(self, message: dict) -> None:
         assert self._sock is not None
-        self._sock.sendall(json.dumps(message).encode() + b"\n")
+        try:
+            self._sock.sendall(json.dumps(message).encode() + b"\n")
+        except OSError as exc:
+            self.close()
+            raise GuestAgentError(f"guest agent: could not send {message.get('execute')}: {exc}") from exc
 
     def _read_message(self, deadline: float, after_delimiter: bool = False) -> dict:
         assert self._sock is not None
@@ -169,9 +215,13 @@ class GuestAgent:
                 if not line:
                     continue
                 try:
-                    return json.loads(line)
+                    message = json.loads(line)
                 except ValueError:
-                    continue  # garbage from a half-read earlier session
+                    self._in_step = False  # garbage: whatever follows may be out of step too
+                    continue
+                if isinstance(message, dict):
+                    return message
+                self._in_step = False
             self._fill(deadline)
 
     def _fill(self, deadline: float) -> None:

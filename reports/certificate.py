@@ -184,6 +184,7 @@ def _device_plugin(records: list[dict]) -> dict | None:
         "sha256": first.get("sha256"),
         "resources": [{"name": name, "device_ids": sorted(ids)} for name, ids in sorted(served.items())],
         "api_versions": sorted(api_versions),
+        "claims": first.get("claims", []),
     }
 
 

@@ -187,9 +187,15 @@ def _device_plugin(certificate: dict) -> str:
         f"{escape(r['name'])}: {escape(', '.join(r['device_ids']))}" for r in plugin["resources"]
     )
     versions = ", ".join(plugin["api_versions"]) or "not seen"
+    claims = "<br>".join(
+        f"{escape(c['name'])} ({escape(c['clause'])} judged under it): {escape(c['meaning'])}"
+        for c in plugin.get("claims", [])
+    )
     rows += [
         _row(["resources", resources or '<span class="muted">none recorded</span>']),
         _row(["Register API version", escape(versions)]),
+        _row(["declared claims", claims or '<span class="muted">none: clauses that need a claim were '
+              "skipped</span>"]),
     ]
     return f"<h2>Device plugin</h2><table id='device-plugin'>{''.join(rows)}</table>"
 

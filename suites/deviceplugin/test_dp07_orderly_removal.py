@@ -5,8 +5,10 @@ orchestrator first.
 
 Judged on the node's clock: the stand-in's record of the ListAndWatch message without the device
 Healthy must come before the kernel's `remove` uevent of the device (an independent `udevadm
-monitor`). The lead is recorded. (A plugin that belongs to no runtime with such a procedure would
-skip this clause with that reason; the reference front end belongs to one.)
+monitor`). The lead is recorded. Judged only for a plugin declared to belong to a runtime with
+such a procedure (`--device-plugin-claim orderly-removal`, recorded in the certificate; the
+reference front end claims it); any other plugin skips this clause with that reason, never
+judged on a procedure it does not claim (fixtures/plugin_claims.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ REMOVALS = 2
 
 
 @pytest.mark.needs("orderly-removal")
+@pytest.mark.plugin_claim("orderly-removal")
 def test_orderly_removal_reaches_the_kubelet_before_the_device_leaves(host_factory, measurements,
                                                                       device_plugin):
     host = fresh_host(host_factory, device_plugin, "native")

@@ -59,7 +59,16 @@ def test_a_command_plugin_is_named_by_its_command_sha256_and_the_resources_it_wa
         "sha256": command.sha256,
         "resources": [{"name": "example.com/gpu", "device_ids": ["10de:20b0", "10de:20b2"]}],
         "api_versions": [],
+        "claims": [],  # a command plugin claims nothing unless whoever certifies it says so
     }
+
+
+def test_what_a_plugin_is_declared_to_claim_is_recorded_and_the_reference_claims_its_own(tmp_path):
+    command = plugin_command(str(_script(tmp_path)))
+    declared = PluginChoice(command, plugin_resources(["example.com/gpu=10de:20b0"]), ["orderly-removal"])
+    assert [c["name"] for c in declared.identity()["claims"]] == ["orderly-removal"]
+    assert declared.identity()["claims"][0]["clause"] == "DP-07"
+    assert [c["name"] for c in PluginChoice().identity()["claims"]] == ["orderly-removal"]
 
 
 def test_the_reference_front_end_is_named_with_the_resources_of_the_hosts_it_served():

@@ -7,6 +7,7 @@ integration test against the emulated guest as a real host).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import subprocess
 import tarfile
@@ -55,16 +56,16 @@ def deployed(monkeypatch):
         runner.close()
 
 
-def test_a_copy_that_is_not_the_certified_file_is_refused(deployed):
+def test_a_copy_that_is_not_the_certified_file_is_refused(deployed, tmp_path):
     site, _runner = deployed
     site.folder = subprocess.run(["mktemp", "-d", "/tmp/hilconform-kubelet.XXXXXX"], capture_output=True,
                                  text=True, check=True).stdout.strip()
     subprocess.run(["mkdir", f"{site.folder}/bin"], check=True)
+    plugin = tmp_path / "plugin"
+    plugin.write_bytes(b"#!/bin/sh\n")
     with pytest.raises(Exception, match="not started"):
-        site.install(b"#!/bin/sh\n", "plugin", "0" * 64)
-    import hashlib
-
-    path = site.install(b"#!/bin/sh\n", "plugin", hashlib.sha256(b"#!/bin/sh\n").hexdigest())
+        site.install(plugin, "plugin", "0" * 64)
+    path = site.install(plugin, "plugin", hashlib.sha256(b"#!/bin/sh\n").hexdigest())
     assert path == f"{site.folder}/bin/plugin"
     folder = site.folder
     site.remove()

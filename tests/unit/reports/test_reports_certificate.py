@@ -201,6 +201,7 @@ def test_the_certificate_names_the_command_plugin_its_sha256_resources_and_regis
             {"name": "example.com/gpu", "device_ids": ["10de:20b0", "10de:20b2"]},
         ],
         "api_versions": ["v1beta1"],
+        "claims": [],
     }
 
 
