@@ -14,8 +14,11 @@ CERTIFY_ARGS ?=
 
 APT_PACKAGES := qemu-system-x86 qemu-utils debootstrap e2fsprogs cpio pciutils python3-venv openssh-client
 NEEDED_TOOLS := qemu-system-x86_64 qemu-nbd debootstrap mkfs.ext4 cpio ssh ssh-keygen
-# The project's tests also open report.html in a real headless browser.
-TEST_PACKAGES := chromium
+# The project's tests also open report.html in a real headless browser, and build the plugins
+# they certify as teams ship them (tests/plugins/pciwatch/build.py): a frozen executable (binutils)
+# and container images (umoci, skopeo).
+TEST_PACKAGES := chromium binutils umoci skopeo
+TEST_TOOLS := chromium objcopy umoci skopeo
 
 .PHONY: certify test test-extended setup setup-test venv image qemu-prefix unit lint bench clean-image self-check
 
@@ -74,12 +77,13 @@ setup:
 	fi
 
 setup-test:
-	@if ! command -v chromium >/dev/null 2>&1; then \
+	@missing=""; for t in $(TEST_TOOLS); do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
-			echo "hilconform: installing $(TEST_PACKAGES) (the report tests open report.html in it)"; \
+			echo "hilconform: installing $(TEST_PACKAGES) for the project's tests (missing:$$missing)"; \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(TEST_PACKAGES); \
 		else \
-			echo "hilconform: chromium missing. Run as root: apt-get install $(TEST_PACKAGES)"; exit 1; \
+			echo "hilconform: missing:$$missing. Run as root: apt-get install $(TEST_PACKAGES)"; exit 1; \
 		fi; \
 	fi
 

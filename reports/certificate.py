@@ -182,6 +182,7 @@ def _device_plugin(records: list[dict]) -> dict | None:
         "command": first.get("command"),
         "path": first.get("path"),
         "sha256": first.get("sha256"),
+        "image": first.get("image"),
         "resources": [{"name": name, "device_ids": sorted(ids)} for name, ids in sorted(served.items())],
         "api_versions": sorted(api_versions),
         "claims": first.get("claims", []),

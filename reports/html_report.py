@@ -181,6 +181,16 @@ def _device_plugin(certificate: dict) -> str:
     if plugin["kind"] == "command":
         named = [("command", plugin["command"]), ("executable", plugin["path"]), ("sha256", plugin["sha256"])]
         rows = [_row([name, f"<code>{escape(value)}</code>"]) for name, value in named]
+    elif plugin["kind"] == "image":
+        image = plugin.get("image") or {}
+        manifest = image.get("manifest") or {}
+        named = [("image", f"{image.get('ref') or ''} {image.get('form', '')}"),
+                 ("digest", image.get("digest")), ("image file", plugin["path"]),
+                 ("file sha256", plugin["sha256"]), ("runs", plugin["command"])]
+        if manifest:
+            container = f"{manifest['kind']} {manifest['path']} (container {manifest['container']})"
+            named += [("manifest", container), ("manifest sha256", manifest["sha256"])]
+        rows = [_row([name, f"<code>{escape(str(value))}</code>"]) for name, value in named]
     else:
         rows = [_row(["plugin", escape("the reference runtime's own device-plugin front end")])]
     resources = "<br>".join(

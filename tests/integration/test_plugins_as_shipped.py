@@ -26,37 +26,43 @@ from pathlib import Path
 
 import pytest
 
+from hilconform.fixtures.oci_image import read_image
 from hilconform.reports.certificate import validate
 from hilconform.reports.run_folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "tests" / "plugins" / "pciwatch" / "build.py"
 RESOURCE, IDS = "example.com/a100", "10de:20b0"  # emulated:a100's cards
+IMAGE_REF = "example.com/pciwatch:1.0"
 RUN_DEADLINE_S = 900
 
 
 @pytest.fixture(scope="session")
 def pciwatch() -> dict[str, Path]:
-    """The frozen plugin and its 64 MiB copy (built once, cached under build/plugins/)."""
-    done = subprocess.run([sys.executable, str(BUILD), "--size-mib", "64"], capture_output=True, text=True,
-                          timeout=900)
+    """The frozen plugin, its 64 MiB copy and its images (built once, cached under build/plugins/)."""
+    done = subprocess.run([sys.executable, str(BUILD), "--size-mib", "64", "--images"], capture_output=True,
+                          text=True, timeout=900)
     assert done.returncode == 0, f"building pciwatch failed:\n{done.stderr}"
-    frozen, grown = (Path(line) for line in done.stdout.split())
-    return {"frozen": frozen, "64m": grown}
+    frozen, grown, oci, docker = (Path(line) for line in done.stdout.split())
+    return {"frozen": frozen, "64m": grown, "oci": oci, "docker": docker}
 
 
-def _certify(tmp_path: Path, plugin: Path, *flags: str, clauses=(), claims=()) -> tuple[int, dict, dict]:
-    """certify emulated:a100's DP suite with the plugin; (exit code, certificate, junit outcomes by name)."""
+def _certify(tmp_path: Path, plugin: Path | None, *flags: str, clauses=(), claims=(),
+             plugin_args=()) -> tuple[int, dict, dict]:
+    """certify emulated:a100's DP suite with the plugin (`plugin_args` instead: an image's options);
+    (exit code, certificate, junit outcomes by name)."""
     out = tmp_path / "runs"
     argv = [sys.executable, "-m", "hilconform.reports", "certify", "--host", "emulated:a100", "--suite",
             "deviceplugin", "--out", str(out), "-n", "1"]
     for clause in clauses:
         argv += ["--clause", clause]
-    argv += ["--", "--device-plugin", f"{plugin} --resource {RESOURCE} --ids {IDS} {' '.join(flags)}",
-             "--device-plugin-resource", f"{RESOURCE}={IDS}"]
+    argv += ["--", *plugin_args, "--device-plugin-resource", f"{RESOURCE}={IDS}"]
+    if plugin is not None:
+        argv += ["--device-plugin", f"{plugin} --resource {RESOURCE} --ids {IDS} {' '.join(flags)}"]
     for claim in claims:
         argv += ["--device-plugin-claim", claim]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_DEADLINE_S, env=dict(os.environ))
+    assert out.is_dir() and len(list(out.iterdir())) == 1, f"no run folder:\n{done.stdout}\n{done.stderr}"
     [folder] = list(out.iterdir())
     run = RunFolder.open(folder)
     cert = json.loads(run.certificate.read_text())
@@ -112,3 +118,55 @@ def test_a_64_mib_plugin_reaches_the_node_and_certifies_with_no_broken_test(pciw
     code, cert, outcomes = _certify(tmp_path, grown, clauses=("DP-01", "DP-02", "DP-09"))
     assert "broken" not in outcomes.values() and code == 0, (code, outcomes)
     assert set(_verdicts(cert).values()) == {"pass"}
+
+
+def test_the_plugin_image_runs_as_its_daemonset_deploys_it(pciwatch, tmp_path):
+    """The OCI archive (umoci + skopeo) with its DaemonSet: run under crun on the node with the
+    manifest's args, env, privilege and hostPath volumes; the same verdicts as the executable; the
+    certificate names the image by its manifest digest and the manifest by its SHA-256."""
+    manifest = ROOT / "tests" / "plugins" / "pciwatch" / "daemonset.yaml"
+    code, cert, outcomes = _certify(tmp_path, None, plugin_args=(
+        "--device-plugin-image", str(pciwatch["oci"]), "--device-plugin-manifest", str(manifest)))
+    verdicts = _verdicts(cert)
+    assert "broken" not in outcomes.values(), outcomes
+    assert verdicts.pop("DP-07") == "not_checked" and set(verdicts.values()) == {"pass"}, (verdicts, outcomes)
+    plugin = cert["device_plugin"]
+    image = read_image(pciwatch["oci"])
+    assert plugin["kind"] == "image" and plugin["image"]["digest"] == image.digest
+    assert plugin["image"]["form"] == "oci-archive" and plugin["image"]["ref"] == "example.com/pciwatch:1.0"
+    assert plugin["image"]["manifest"]["sha256"] == hashlib.sha256(manifest.read_bytes()).hexdigest()
+    assert "pod tolerations: no meaning on one node" in plugin["image"]["manifest"]["left_aside"]
+
+
+def test_a_docker_save_tarball_of_the_plugin_certifies(pciwatch, tmp_path):
+    """A Pod manifest of its own (the image's Entrypoint, the manifest's args; lost devices dropped)."""
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(f"""
+apiVersion: v1
+kind: Pod
+metadata: {{name: pciwatch}}
+spec:
+  containers:
+  - name: pciwatch
+    image: {IMAGE_REF}
+    args: [--resource, {RESOURCE}, --ids, "{IDS}", --lost, drop]
+    securityContext: {{privileged: true}}
+    volumeMounts: [{{name: plugins, mountPath: /var/lib/kubelet/device-plugins}}]
+  volumes: [{{name: plugins, hostPath: {{path: /var/lib/kubelet/device-plugins}}}}]
+""")
+    code, cert, outcomes = _certify(tmp_path, None, clauses=("DP-01", "DP-02", "DP-03"), plugin_args=(
+        "--device-plugin-image", str(pciwatch["docker"]), "--device-plugin-manifest", str(pod)))
+    assert code == 0 and set(_verdicts(cert).values()) == {"pass"}, (code, outcomes)
+    assert cert["device_plugin"]["image"]["form"] == "docker-archive"
+
+
+def test_a_manifest_the_node_cannot_honour_is_refused_before_any_vm_starts(pciwatch, tmp_path):
+    manifest = (ROOT / "tests" / "plugins" / "pciwatch" / "daemonset.yaml").read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(manifest.replace("path: /sys}", "path: /var/run/docker.sock}"))
+    done = subprocess.run([sys.executable, "-m", "pytest", "suites/deviceplugin", "-p", "no:cacheprovider",
+                           "--device-plugin-image", str(pciwatch["oci"]), "--device-plugin-manifest",
+                           str(bad), "--device-plugin-resource", f"{RESOURCE}={IDS}"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 4, done.stdout + done.stderr  # a usage error, before any VM
+    assert "mounts host path /var/run/docker.sock, which the node cannot give" in done.stderr

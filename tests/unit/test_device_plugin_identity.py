@@ -57,6 +57,7 @@ def test_a_command_plugin_is_named_by_its_command_sha256_and_the_resources_it_wa
         "command": f"{script} --verbose",
         "path": str(script.resolve()),
         "sha256": command.sha256,
+        "image": None,
         "resources": [{"name": "example.com/gpu", "device_ids": ["10de:20b0", "10de:20b2"]}],
         "api_versions": [],
         "claims": [],  # a command plugin claims nothing unless whoever certifies it says so

@@ -10,8 +10,12 @@ told not to compress (an xz archive costs seconds per start under TCG).
 unstripped Go plugin carries its DWARF): the file the harness must carry to the node, unchanged
 in what runs.
 
+`--images` also ships it as a container image (umoci and skopeo, Debian's): an OCI archive and
+a `docker save` tarball of one layer holding /usr/bin/pciwatch.
+
 Outputs (build/plugins/, ignored), rebuilt only when the sources or this script change:
-pciwatch, and pciwatch-<N>m for each --size-mib. Prints the executable's path.
+pciwatch, pciwatch-<N>m for each --size-mib, pciwatch-oci.tar and pciwatch-docker.tar. Prints
+each path, one a line, in that order.
 """
 
 from __future__ import annotations
@@ -110,15 +114,57 @@ def grown_copy(frozen: Path, size_mib: int) -> Path:
     return target
 
 
+IMAGE_REF = "example.com/pciwatch:1.0"
+
+
+def build_images(frozen: Path) -> tuple[Path, Path]:
+    """The frozen executable shipped as a container image, by the tools image builders use:
+    umoci makes an OCI layout (one layer: /usr/bin/pciwatch and an empty /tmp; Entrypoint set),
+    skopeo writes it as an OCI archive and as a `docker save` tarball. Rebuilt with the executable."""
+    oci, docker = OUT / "pciwatch-oci.tar", OUT / "pciwatch-docker.tar"
+    stamp = OUT / "pciwatch-images.stamp"
+    key = (OUT / "pciwatch.stamp").read_text()
+    if oci.exists() and docker.exists() and stamp.exists() and stamp.read_text() == key:
+        return oci, docker
+    for tool in ("umoci", "skopeo"):
+        if shutil.which(tool) is None:
+            raise BuildError(f"building the images needs {tool} (Debian: apt-get install umoci skopeo)")
+    work = ROOT / "build" / "pciwatch-image"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    layout, bundle, tag = work / "layout", work / "bundle", "pciwatch"
+    rootless = [] if os.geteuid() == 0 else ["--rootless"]
+    _run(["umoci", "init", "--layout", layout])
+    _run(["umoci", "new", "--image", f"{layout}:{tag}"])
+    _run(["umoci", "unpack", *rootless, "--image", f"{layout}:{tag}", bundle])
+    (bundle / "rootfs" / "usr" / "bin").mkdir(parents=True, exist_ok=True)
+    (bundle / "rootfs" / "tmp").mkdir(mode=0o1777, exist_ok=True)
+    shutil.copy2(frozen, bundle / "rootfs" / "usr" / "bin" / "pciwatch")
+    _run(["umoci", "repack", "--image", f"{layout}:{tag}", bundle])
+    _run(["umoci", "config", "--image", f"{layout}:{tag}", "--config.entrypoint", "/usr/bin/pciwatch",
+          "--config.workingdir", "/", "--config.env", "PCIWATCH_IMAGE=1"])
+    for target in (oci, docker):
+        target.unlink(missing_ok=True)
+    _run(["skopeo", "copy", "--quiet", f"oci:{layout}:{tag}", f"oci-archive:{oci}:{IMAGE_REF}"])
+    _run(["skopeo", "copy", "--quiet", f"oci:{layout}:{tag}", f"docker-archive:{docker}:{IMAGE_REF}"])
+    stamp.write_text(key)
+    shutil.rmtree(work, ignore_errors=True)
+    return oci, docker
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mib", type=int, action="append", default=[])
+    parser.add_argument("--images", action="store_true", help="also the OCI archive and docker tarball")
     args = parser.parse_args()
     try:
         frozen = build_frozen()
         print(frozen)
         for size in args.size_mib:
             print(grown_copy(frozen, size))
+        if args.images:
+            for image in build_images(frozen):
+                print(image)
     except BuildError as exc:
         print(f"pciwatch build: {exc}", file=sys.stderr)
         return 1

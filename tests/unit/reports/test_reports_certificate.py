@@ -196,6 +196,7 @@ def test_the_certificate_names_the_command_plugin_its_sha256_resources_and_regis
         "command": COMMAND_PLUGIN["command"],
         "path": "/home/lab/plugins/my-plugin",
         "sha256": PLUGIN_SHA256,
+        "image": None,
         "resources": [
             {"name": "example.com/fpga", "device_ids": ["1d0f:f010"]},
             {"name": "example.com/gpu", "device_ids": ["10de:20b0", "10de:20b2"]},

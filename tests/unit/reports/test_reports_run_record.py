@@ -152,6 +152,7 @@ def test_a_dp_test_records_the_plugin_it_certified(tmp_path):
         "command": given,
         "path": str(script.resolve()),
         "sha256": hashlib.sha256(script.read_bytes()).hexdigest(),
+        "image": None,
         "resources": [{"name": "example.com/gpu", "device_ids": ["10de:20b0"]}],
         "api_versions": ["v1beta1"],
         "claims": [],
