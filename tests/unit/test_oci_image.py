@@ -51,8 +51,9 @@ def oci_archive(path: Path, layers: list[bytes], *, config: dict | None = None, 
         packed = gzip.compress(layer)
         blobs[_digest(packed)] = packed
         layer_descriptors.append({"mediaType": LAYER, "digest": _digest(packed), "size": len(packed)})
-    config_bytes = json.dumps({"architecture": arch, "os": "linux", "config": config or {
-        "Entrypoint": ["/usr/bin/plugin"], "Env": ["A=1"]}, "rootfs": {"type": "layers", "diff_ids": []}}).encode()
+    image_config = config or {"Entrypoint": ["/usr/bin/plugin"], "Env": ["A=1"]}
+    config_bytes = json.dumps({"architecture": arch, "os": "linux", "config": image_config,
+                               "rootfs": {"type": "layers", "diff_ids": []}}).encode()
     blobs[_digest(config_bytes)] = config_bytes
     manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": {
         "mediaType": OCI_CONFIG, "digest": _digest(config_bytes), "size": len(config_bytes)},
@@ -71,8 +72,9 @@ def oci_archive(path: Path, layers: list[bytes], *, config: dict | None = None, 
 
 
 def docker_archive(path: Path, layers: list[bytes]) -> Path:
+    diff_ids = [_digest(layer) for layer in layers]
     config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Cmd": ["/plugin"]},
-                         "rootfs": {"type": "layers", "diff_ids": [_digest(layer) for layer in layers]}}).encode()
+                         "rootfs": {"type": "layers", "diff_ids": diff_ids}}).encode()
     config_name = hashlib.sha256(config).hexdigest() + ".json"
     entries = [(config_name, config)]
     names = []
