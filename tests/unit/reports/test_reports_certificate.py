@@ -256,3 +256,22 @@ def test_a_clause_lists_the_preconditions_its_tests_held_and_a_missed_one_is_inc
     assert disc03["verdict"] == "inconclusive" and cert["exit_code"] == 2
     assert disc03["preconditions"] == [{k: held[k] for k in certificate.PRECONDITION_KEYS}]
     assert next(c for c in cert["clauses"] if c["id"] == "DISC-01")["preconditions"] == []
+
+
+def test_the_certificate_names_a_plugin_image_by_its_digest_and_manifest(tmp_path):
+    """A --device-plugin-image run (fixtures/image_plugin.py's identity): kind image, the image's file,
+    form, digest and reference, the manifest's path, SHA-256 and what of it was left aside; shown in
+    report.html."""
+    manifest = {"path": "/lab/daemonset.yaml", "sha256": "b" * 64, "kind": "DaemonSet",
+                "container": "pciwatch", "image": "example.com/pciwatch:1.0",
+                "left_aside": ["pod tolerations: no meaning on one node"]}
+    image = {"path": "/lab/pciwatch-oci.tar", "form": "oci-archive", "digest": "sha256:" + "a" * 64,
+             "ref": "example.com/pciwatch:1.0", "manifest": manifest}
+    run = recorded_run(tmp_path)
+    record_device_plugin(run, kind="image", command="example.com/pciwatch:1.0@sha256:aaa: /usr/bin/pciwatch",
+                         path=image["path"], image=image)
+    cert = build(run)  # validates against the schema
+    assert cert["device_plugin"]["kind"] == "image" and cert["device_plugin"]["image"] == image
+    record_device_plugin(run, kind="image", image=None)
+    with pytest.raises(CertificateInvalid):
+        build(run)  # an image run must name its image
