@@ -52,9 +52,13 @@ def hog_count(target_load: float) -> int:
 
 
 def _die_with_us(signum: int):
-    """A preexec_fn: the child gets `signum` when the benchmark dies, however it dies."""
+    """A preexec_fn: the child gets `signum` when the benchmark dies, however it dies; and SIGINT
+    back at its default, so that the benchmark's stop (SIGINT first) reaches it even when the
+    benchmark itself was started in the background (`cmd &` starts it with SIGINT ignored, and an
+    ignored signal stays ignored across exec: the stop then waited out the whole kill grace)."""
 
     def preexec() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         try:
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
         except (OSError, AttributeError):
