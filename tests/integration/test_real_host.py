@@ -10,6 +10,8 @@ link the host does not have. Bad input is tested in test_real_host_bad_input.py.
 
 from __future__ import annotations
 
+import hashlib
+import os
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -18,7 +20,7 @@ from stand_in_real_host import StandInHost, host_state, outcome, run_suites
 
 from hilconform.fixtures.real_host import RealHost
 from hilconform.fixtures.real_safety import UnsafeTarget
-from hilconform.fixtures.remote_command import SshRunner
+from hilconform.fixtures.remote_command import SshRunner, put_file
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 # Read-only tests that a real host must run, not skip.
@@ -206,3 +208,23 @@ def test_a_third_party_plugin_is_certified_through_a_private_mount_namespace(sta
     assert junit_counts(junit) == {"tests": 2, "failures": 1, "errors": 0, "skipped": 0}, outcome(done)
     assert passed_tests(junit) == {"test_advertised_devices_are_the_managed_ones_healthy_with_stable_ids"}
     assert _stand_in_leftovers(stand_in) == before
+
+
+def test_a_64_mib_plugin_is_streamed_to_a_real_host_over_ssh(stand_in, tmp_path):
+    """A real host's path for a plugin of any size (issue 33): the file streamed as ssh's stdin
+    (remote_command.put_file), never whole in memory, byte for byte."""
+    local = tmp_path / "plugin"
+    with local.open("wb") as out:
+        for _ in range(64):
+            out.write(os.urandom(1 << 20))
+    runner = SshRunner("127.0.0.1", user="root", port=stand_in.ssh_port, ssh_config=str(stand_in.ssh_config))
+    runner.connect()
+    remote = "/tmp/hilconform-big-plugin"
+    try:
+        put_file(runner, local, remote)
+        got = runner.run(["sha256sum", remote], timeout_s=120).check().stdout.split()[0]
+        assert got == hashlib.sha256(local.read_bytes()).hexdigest()
+        assert runner.run(["test", "-x", remote]).exit_code == 0
+    finally:
+        runner.run(["rm", "-f", remote])
+        runner.close()
