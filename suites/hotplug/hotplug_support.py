@@ -110,6 +110,12 @@ def final_step(steps: list[dict], name: str) -> dict | None:
     return next((s for s in steps if s["step"] == name and s["status"] != "started"), None)
 
 
+def step_before(steps: list[dict], step: dict) -> dict:
+    """The run's event just before `step` (a drain's own start, or the step it follows): the
+    runtime-clock start of the interval `step` ends."""
+    return max((s for s in steps if s["seq"] < step["seq"]), key=lambda s: s["seq"])
+
+
 def describe_steps(steps: list[dict]) -> str:
     return ", ".join(f"{s['step']}:{s['status']}" for s in steps)
 

@@ -59,6 +59,7 @@ from hotplug_support import (
     judge_interval_over_stalls,
     run_steps,
     stalled_ms,
+    step_before,
     subscribe,
     wait_procedure_end,
 )
@@ -133,8 +134,9 @@ def test_healthy_queue_drains_without_reset(host_factory, measurements, precondi
         order = describe_steps(steps)
         drain = final_step(steps, "drain")
         assert drain is not None, f"no drain step in the removal of {bdf} ({order})"
+        previous = step_before(steps, drain)
         try:
-            _judge_precondition(preconditions, held, drain, steps, bdf, timeout_ms, order)
+            _judge_precondition(preconditions, held, drain, previous, steps, bdf, timeout_ms, order)
         except Inconclusive as missed:  # recorded as missed; this removal is no sample of the clause
             set_aside.append(missed)
             continue
@@ -142,7 +144,6 @@ def test_healthy_queue_drains_without_reset(host_factory, measurements, precondi
             f"healthy queue of {bdf} did not drain: {drain} (steps: {order})")
         assert drain.get("polls", 0) > 0, (
             f"drain of {bdf} reported ok without reading the queue once ({drain})")
-        previous = max((s for s in steps if s["seq"] < drain["seq"]), key=lambda s: s["seq"])
         interval_ms = (drain["ts_ns"] - previous["ts_ns"]) / 1e6
         drain_ms.append(drain["elapsed_ms"])
         inside = stalled_ms(stalls, previous["ts_ns"], drain["ts_ns"])
@@ -161,7 +162,7 @@ def test_healthy_queue_drains_without_reset(host_factory, measurements, precondi
                         budget_stat="max")  # judged above, each less the node's stalls where allowed
 
 
-def _judge_precondition(preconditions, held, drain: dict, steps: list[dict], bdf: str,
+def _judge_precondition(preconditions, held, drain: dict, previous: dict, steps: list[dict], bdf: str,
                         timeout_ms: float, order: str) -> None:
     """Fail what the runtime did wrong while the read was held; inconclusive where the test bed
     did not have the read in flight when the drain began and answered while it polled."""
@@ -193,11 +194,10 @@ def _judge_precondition(preconditions, held, drain: dict, steps: list[dict], bdf
                                    f"read answered {held.held_ms} ms into the hold had completed before "
                                    f"the drain looked ({drain})")
     if drain["status"] != "ok":
-        before = max((s for s in steps if s["seq"] < drain["seq"]), key=lambda s: s["seq"])
-        gave_up_ms = (drain["ts_ns"] - before["ts_ns"]) / 1e6  # runtime clock; from an earlier step: longer
+        gave_up_ms = (drain["ts_ns"] - previous["ts_ns"]) / 1e6  # runtime clock; from an earlier step: longer
         if gave_up_ms < timeout_ms:  # a test bed's stalls only lengthen it: never the test bed's doing
             raise AssertionError(
-                f"drain of {bdf} ended {drain['status']!r} {gave_up_ms:.1f} ms after the {before['step']} "
+                f"drain of {bdf} ended {drain['status']!r} {gave_up_ms:.1f} ms after the {previous['step']} "
                 f"step (runtime clock), before its timeout of {timeout_ms:g} ms: a healthy queue's drain "
                 f"gave up early ({drain}; steps: {order})")
         answered_before_ms = (drain["host_ns"] - released_ns) / 1e6

@@ -47,6 +47,7 @@ from hotplug_support import (
     queue_slot,
     run_steps,
     stalled_ms,
+    step_before,
     subscribe,
     wait_procedure_end,
 )
@@ -93,7 +94,7 @@ def test_stuck_queue_drain_times_out_and_resets(host_factory, measurements, prec
 
     drain = final_step(steps, "drain")
     assert drain is not None, f"no drain step ({order})"
-    start = max((s for s in steps if s["seq"] < drain["seq"]), key=lambda s: s["seq"])
+    start = step_before(steps, drain)
     _judge_precondition(preconditions, held, start, drain, timeout_ms + tolerance_ms)
     assert drain["status"] == "timeout", (
         f"stuck queue of {bdf}: drain ended {drain['status']!r}, not 'timeout' "

@@ -15,7 +15,7 @@ from hilconform.fixtures.plugin_claims import ClaimError, claim, parse_claims, s
 def test_the_claims_file_is_read_strictly():
     with pytest.raises(ClaimError, match="unknown key 'clauses'"):
         parse_claims({"x": {"clauses": "DP-07", "meaning": "m", "reference": False}}, "t.toml")
-    with pytest.raises(ClaimError, match="lacks reference"):
+    with pytest.raises(ClaimError, match="lacks 'reference'"):
         parse_claims({"x": {"clause": "DP-07", "meaning": "m"}}, "t.toml")
     with pytest.raises(ClaimError, match="reference must be a bool"):
         parse_claims({"x": {"clause": "DP-07", "meaning": "m", "reference": "yes"}}, "t.toml")
