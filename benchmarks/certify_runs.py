@@ -20,16 +20,19 @@ import json
 import math
 import os
 import signal
+import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 HOG = "while True: pass"
 LOAD_WAIT_S = 240.0
+LOAD_SAMPLE_S = 10.0  # how often a run's load average is sampled
 CERTIFY = [sys.executable, "-m", "hilconform.reports", "certify"]
 MAKE_CERTIFY_HOSTS = ["emulated:a100", "emulated:a100-stock"]  # the Makefile's HOST, STOCK_HOST
 MAX_MINUTES = 30.0  # certify's own deadline per run (--max-minutes); a whole run takes 2-10 min
@@ -84,6 +87,31 @@ def stop_hogs(hogs: list[subprocess.Popen]) -> None:
         hog.kill()
     for hog in hogs:
         hog.wait(timeout=10)
+
+
+class LoadSampler:
+    """The 1-minute load average every `every_s` seconds while a run lasts: its start and end alone
+    say little of a 10-minute run (the hogs' share settles, certify's VMs come and go)."""
+
+    def __init__(self, every_s: float = LOAD_SAMPLE_S):
+        self.every_s = every_s
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="load-sampler", daemon=True)
+
+    def _sample(self) -> None:
+        while True:
+            self.samples.append(load())
+            if self._stop.wait(self.every_s):
+                return
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def wait_for_load(target: float) -> float:
@@ -196,6 +224,7 @@ class CertifyRun:
     folder: Path | None = None  # the run folder, reports/<run-id> under `out`
     certificate: dict | None = None
     no_certificate: str | None = None  # why there is none
+    load_samples: list[float] = field(default_factory=list)  # every LOAD_SAMPLE_S during the run
 
     @classmethod
     def read(cls, host: str, index: int, out: Path, **measured) -> CertifyRun:
@@ -229,11 +258,17 @@ class CertifyRun:
         """Clause ID -> verdict, in spec order; empty without a certificate."""
         return {c["id"]: c["verdict"] for c in (self.certificate or {}).get("clauses", [])}
 
+    @property
+    def load_median(self) -> float:
+        """The run's median 1-minute load average (its start and end when nothing was sampled)."""
+        return statistics.median(self.load_samples or [self.load_start, self.load_end])
+
     def line(self, runs: int | None = None) -> str:
         of = f"/{runs}" if runs else ""
         return (
             f"run {self.index}{of} {self.host:<20} {self.seconds / 60:5.2f} min  exit {self.exit_code}  "
-            f"{self.verdict:<13} load {self.load_start:.2f} -> {self.load_end:.2f}  "
+            f"{self.verdict:<13} load {self.load_start:.2f} -> {self.load_end:.2f} "
+            f"(median {self.load_median:.2f})  "
             f"{self.folder or self.out}"
         )
 
@@ -246,6 +281,8 @@ class CertifyRun:
             "seconds": round(self.seconds, 1),
             "load_start": round(self.load_start, 2),
             "load_end": round(self.load_end, 2),
+            "load_median": round(self.load_median, 2),
+            "load_min": round(min(self.load_samples, default=self.load_start), 2),
             "exit_code": self.exit_code,
             "verdict": self.verdict,
             "reasons": self.reasons,
@@ -274,7 +311,8 @@ def certify(
     argv += list(extra)
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     load_start, began = load(), time.monotonic()
-    code, stopped, interrupted = run_owned(argv, out / "certify.log", max_minutes * 60 + OVERRUN_S)
+    with LoadSampler() as sampler:
+        code, stopped, interrupted = run_owned(argv, out / "certify.log", max_minutes * 60 + OVERRUN_S)
     return CertifyRun.read(
         host,
         index,
@@ -283,6 +321,7 @@ def certify(
         seconds=time.monotonic() - began,
         load_start=load_start,
         load_end=load(),
+        load_samples=sampler.samples,
         exit_code=code,
         stopped=stopped,
         interrupted=interrupted,

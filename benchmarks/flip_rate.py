@@ -7,11 +7,13 @@ under CPU hogs.
 Runs, --runs times back to back, `hilconform certify --host H` for each host (default
 emulated:a100, then emulated:a100-stock, as make certify does), idle (--load 0, the default: no
 hogs) or under the loaded gate's CPU hogs (--load L: ceil(L) + 1 busy processes, certify_runs.py,
-after the 1-minute load average reached L). Prints a line per run (wall time, exit, verdict, load
-average at its start and end, run folder), then per host and clause the verdict of every run,
-every flip with its reason, the wall times (median, min, max) and the totals; writes the same as
-JSON (--out FILE, rewritten after every run) and a markdown table for the README beside it
-(FILE with .md).
+after the 1-minute load average reached L; --hogs N fewer, which leave part of the load to
+certify's own VMs). The load average is sampled every 10 s of each run: a run is "at load >= L"
+when its median is, and the runs under L are listed. Prints a line per run (wall time, exit,
+verdict, load average at its start and end and its median, run folder), then per host and
+clause the verdict of every run, every flip with its reason, the wall times (median, min, max)
+and the totals; writes the same as JSON (--out FILE, rewritten after every run) and a markdown
+table for the README beside it (FILE with .md).
 
 A flip is a clause whose verdict differs between runs, or, the reference runtime being certified,
 any verdict but `pass`; its reason is the message of each test of the clause that did not pass,
@@ -26,6 +28,7 @@ Usage: benchmarks/flip_rate.py [--runs 10] [--load 0] [--host H ...] [--suite AR
        [--max-minutes 30] [--runs-dir DIR] [--out FILE.json]
 e.g.   .venv/bin/python benchmarks/flip_rate.py --runs 10            (idle)
        .venv/bin/python benchmarks/flip_rate.py --runs 5 --load 6    (7 CPU hogs)
+       .venv/bin/python benchmarks/flip_rate.py --runs 5 --load 6 --hogs 4   (4, and certify's VMs)
 """
 
 from __future__ import annotations
@@ -240,8 +243,16 @@ def text_report(report: dict) -> str:
 
 
 def _load_range(runs: list[dict]) -> str:
-    loads = [r["load_start"] for r in runs] + [r["load_end"] for r in runs]
-    return f"{min(loads):.2f}-{max(loads):.2f}" if loads else "-"
+    """The runs' median load averages: their median (lowest-highest)."""
+    medians = [r.get("load_median", (r["load_start"] + r["load_end"]) / 2) for r in runs]
+    if not medians:
+        return "-"
+    return f"{statistics.median(medians):.2f} ({min(medians):.2f}-{max(medians):.2f})"
+
+
+def below_target(runs: list[dict], target: float) -> list[dict]:
+    """The runs whose median load stayed under the series' target: not runs "at load >= target"."""
+    return [r for r in runs if target > 0 and r.get("load_median", 0.0) < target]
 
 
 def markdown(report: dict) -> str:
@@ -252,7 +263,8 @@ def markdown(report: dict) -> str:
         f"Flip rate at {report['commit']} ({report['started']} - {report['finished'] or 'unfinished'}, "
         f"{report['cpus']} CPUs, {report['mode']}{', interrupted' if report['interrupted'] else ''}):",
         "",
-        "| host | runs | verdicts | clauses | wall min: median (min-max) | 1-min load | flips | "
+        "| host | runs | verdicts | clauses | wall min: median (min-max) | "
+        "load, run medians: median (min-max) | flips | "
         "inconclusive | failed | incomplete runs |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -269,6 +281,13 @@ def markdown(report: dict) -> str:
         f"| all | {t['runs']} | | | | {_load_range(every_run)} | {t['flips']} | {t['inconclusive']} | "
         f"{t['failed']} | {t['incomplete_runs']} |"
     )
+    low = below_target(every_run, report.get("load_target", 0.0))
+    if low:
+        lines += [
+            "",
+            f"Under the target load {report['load_target']:g}: "
+            + ", ".join(f"{r['host']} run {r['index']} (median {r['load_median']:.2f})" for r in low),
+        ]
     flips = grouped([flip for s in report["hosts"] for flip in s["flips"]])
     if flips:
         lines.append("")
@@ -304,27 +323,48 @@ def _utc() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10, help="whole rounds (every host once each)")
-    parser.add_argument("--load", type=float, default=0.0,
-                        help="1-minute load average the CPU hogs bring the machine to first "
-                             "(0: idle, no hogs)")
-    parser.add_argument("--hogs", type=int, default=None,
-                        help="CPU hogs to start (default: ceil(--load) + 1)")
-    parser.add_argument("--host", action="append", default=None,
-                        help=f"repeatable (default: {' '.join(DEFAULT_HOSTS)})")
+    parser.add_argument(
+        "--load",
+        type=float,
+        default=0.0,
+        help="the 1-minute load average each run is to be made at (its median, "
+        "sampled every 10 s; runs under it are listed); 0: idle, no hogs",
+    )
+    parser.add_argument(
+        "--hogs",
+        type=int,
+        default=None,
+        help="CPU hogs to start (default: ceil(--load) + 1, which bring the load to "
+        "--load before the first run; fewer leave part of it to certify's VMs)",
+    )
+    parser.add_argument(
+        "--host", action="append", default=None, help=f"repeatable (default: {' '.join(DEFAULT_HOSTS)})"
+    )
     parser.add_argument("--suite", action="append", default=[], help="repeatable (default: every suite)")
-    parser.add_argument("--max-minutes", type=float, default=MAX_MINUTES,
-                        help="certify's deadline per run; past it the run is incomplete")
-    parser.add_argument("--runs-dir", type=Path, default=None,
-                        help="where the run folders go (default: a new folder under /tmp)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="the JSON report (default: RUNS_DIR/flip-rate.json); the markdown goes "
-                             "beside it (.md)")
+    parser.add_argument(
+        "--max-minutes",
+        type=float,
+        default=MAX_MINUTES,
+        help="certify's deadline per run; past it the run is incomplete",
+    )
+    parser.add_argument(
+        "--runs-dir",
+        type=Path,
+        default=None,
+        help="where the run folders go (default: a new folder under /tmp)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="the JSON report (default: RUNS_DIR/flip-rate.json); the markdown goes beside it (.md)",
+    )
     args = parser.parse_args(argv)
     hosts = args.host or DEFAULT_HOSTS
     runs_dir = args.runs_dir or Path(tempfile.mkdtemp(prefix="hilc-flip-rate-"))
     out = args.out or runs_dir / "flip-rate.json"
     hog_n = args.hogs if args.hogs is not None else hog_count(args.load)
-    mode = f"load >= {args.load:g} ({hog_n} CPU hogs)" if hog_n else "idle (no hogs)"
+    mode = f"load >= {args.load:g} ({hog_n} CPU hogs, and certify's own VMs)" if hog_n else "idle (no hogs)"
     meta = {
         "benchmark": "flip_rate",
         "commit": tool_versions()["hilconform_checkout"],
@@ -342,20 +382,29 @@ def main(argv: list[str] | None = None) -> int:
         "load_before": round(load(), 2),
     }
     interrupt_on_sigterm()
-    print(f"hilconform flip rate: {args.runs} x certify {', '.join(hosts)}"
-          f"{''.join(' --suite ' + s for s in args.suite)}; {mode}; {os.cpu_count()} CPUs; load "
-          f"{meta['load_before']:.2f} before; at {meta['commit']}; run folders under {runs_dir}", flush=True)
+    print(
+        f"hilconform flip rate: {args.runs} x certify {', '.join(hosts)}"
+        f"{''.join(' --suite ' + s for s in args.suite)}; {mode}; {os.cpu_count()} CPUs; load "
+        f"{meta['load_before']:.2f} before; at {meta['commit']}; run folders under {runs_dir}",
+        flush=True,
+    )
     runs: list[CertifyRun] = []
     hogs = []
     try:
         hogs = start_hogs(hog_n)
         if hogs:
-            print(f"{len(hogs)} CPU hogs started; load average {wait_for_load(args.load):.2f}", flush=True)
+            settled = wait_for_load(min(args.load, 0.9 * len(hogs)))
+            print(f"{len(hogs)} CPU hogs started; load average {settled:.2f}", flush=True)
         for index in range(1, args.runs + 1):
             for host in hosts:
                 slug = "".join(ch if ch.isalnum() else "-" for ch in host)
-                run = certify(host, runs_dir / f"run-{index:02d}-{slug}", index, args.suite,
-                              max_minutes=args.max_minutes)
+                run = certify(
+                    host,
+                    runs_dir / f"run-{index:02d}-{slug}",
+                    index,
+                    args.suite,
+                    max_minutes=args.max_minutes,
+                )
                 runs.append(run)
                 print(run.line(args.runs), flush=True)
                 write_report(build_report(runs, hosts, meta), out)

@@ -266,13 +266,14 @@ def test_a_stopped_run_keeps_its_clause_verdicts_and_names_why_it_is_incomplete(
 def _runs(tmp_path) -> list[CertifyRun]:
     failing = {**PASSED, "DISC-02": ["passed", "failed"]}
     inconclusive = {**PASSED, "LIFE-03": ["inconclusive"]}
+    loads = {1: [5.5, 6.0, 6.5], 2: [7.0], 3: [5.0, 4.0, 6.0]}  # medians 6, 7, 5
     return [
-        run_of(tmp_path, 1, certificate(A100, PASSED), seconds=120.0),
-        run_of(tmp_path, 1, certificate(STOCK, PASSED), host=STOCK, seconds=100.0),
-        run_of(tmp_path, 2, certificate(A100, failing), seconds=180.0),
-        run_of(tmp_path, 2, certificate(STOCK, inconclusive), host=STOCK, seconds=110.0),
-        run_of(tmp_path, 3, certificate(A100, PASSED), seconds=150.0),
-        run_of(tmp_path, 3, None, host=STOCK, exit_code=-9, seconds=30.0),
+        run_of(tmp_path, 1, certificate(A100, PASSED), seconds=120.0, load_samples=loads[1]),
+        run_of(tmp_path, 1, certificate(STOCK, PASSED), host=STOCK, seconds=100.0, load_samples=loads[1]),
+        run_of(tmp_path, 2, certificate(A100, failing), seconds=180.0, load_samples=loads[2]),
+        run_of(tmp_path, 2, certificate(STOCK, inconclusive), STOCK, seconds=110.0, load_samples=loads[2]),
+        run_of(tmp_path, 3, certificate(A100, PASSED), seconds=150.0, load_samples=loads[3]),
+        run_of(tmp_path, 3, None, host=STOCK, exit_code=-9, seconds=30.0),  # no samples: start and end
     ]
 
 
@@ -305,16 +306,37 @@ def test_the_report_is_json_text_and_a_markdown_table(tmp_path):
         "Flip rate at 7f95b6b (2026-12-04 10:00 UTC - 2026-12-04 10:20 UTC, 2 CPUs, idle"
     )
     assert table[4] == (
-        "| emulated:a100 | 3 | 2 conformant, 1 nonconformant | 3 | 2.50 (2.00-3.00) | 0.50-2.50 "
+        "| emulated:a100 | 3 | 2 conformant, 1 nonconformant | 3 | 2.50 (2.00-3.00) | 6.00 (5.00-7.00) "
         "| 1 | 0 | 1 | 0 |"
     )
-    assert table[6] == "| all | 6 | | | | 0.50-2.50 | 4 | 1 | 1 | 2 |"
+    assert table[6] == "| all | 6 | | | | 6.00 (1.50-7.00) | 4 | 1 | 1 | 2 |"
+    assert "Under the target load" not in md.read_text()  # an idle series has none
     flip_line = "- emulated:a100 DISC-02 (pass fail pass): run 2 fail: test_disc02.py::test_it[1]: failed"
     assert flip_line in md.read_text()
     text = flip_rate.text_report(report)
     assert "   DISC-02  P F P   <- flip" in text
     assert "   LIFE-03  P ? -   <- flip" in text
     assert "totals: 6 runs, 2 incomplete; flips 4, inconclusive 1, failed 1" in text
+
+
+def test_runs_whose_median_load_stayed_under_the_target_are_named(tmp_path):
+    report = {**_report(tmp_path), "load_target": 6.0}
+    every_run = [r for s in report["hosts"] for r in s["runs"]]
+    low = flip_rate.below_target(every_run, 6.0)
+    assert [(r["host"], r["index"]) for r in low] == [(A100, 3), (STOCK, 3)]
+    assert (
+        "Under the target load 6: emulated:a100 run 3 (median 5.00), emulated:a100-stock run 3 (median 1.50)"
+        in flip_rate.markdown(report)
+    )
+
+
+def test_the_load_sampler_samples_until_the_run_ends():
+    with certify_runs.LoadSampler(every_s=0.01) as sampler:
+        time.sleep(0.1)
+    taken = len(sampler.samples)
+    time.sleep(0.05)
+    assert taken >= 2 and len(sampler.samples) == taken
+    assert all(isinstance(s, float) for s in sampler.samples)
 
 
 # -- the benchmark's own processes ---------------------------------------------------------------
