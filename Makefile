@@ -17,8 +17,8 @@ NEEDED_TOOLS := qemu-system-x86_64 qemu-nbd debootstrap mkfs.ext4 cpio ssh ssh-k
 # The project's tests also open report.html in a real headless browser, and build the plugins
 # they certify as teams ship them (tests/plugins/pciwatch/build.py): a frozen executable (binutils)
 # and container images (umoci, skopeo).
-TEST_PACKAGES := chromium binutils umoci skopeo
-TEST_TOOLS := chromium objcopy umoci skopeo
+TEST_PACKAGES := chromium binutils umoci skopeo crun runc
+TEST_TOOLS := chromium objcopy umoci skopeo crun runc
 
 .PHONY: certify test test-extended setup setup-test venv image qemu-prefix unit lint bench clean-image self-check
 
