@@ -119,3 +119,43 @@ def test_a_late_interval_beyond_its_stalls_fails_when_the_stalls_met_their_limit
 def test_a_late_interval_beyond_its_stalls_is_inconclusive_when_the_node_stalled_past_its_limit():
     with pytest.raises(Inconclusive, match="too slow to judge"):
         _judge_interval(_Host(stall_limit_ms=1000), 3000, 1500)
+
+
+REFERENCED = FloorBudgets(absolute="total_ms", share="share_ms", floor_limit="floor_limit_ms",
+                          floor_reference="reference_ms")
+
+
+def _judge_referenced(host, totals, floors):
+    measurements = _Measurements()
+    judge_over_floor(host, measurements, "DISC-03", "cold", totals, floors, REFERENCED, stat="max")
+    return measurements.recorded
+
+
+def test_a_share_is_judged_in_the_reference_beds_time_when_the_bed_was_slower():
+    """DISC-03 at load 8 (2026-12-04): a floor 2.7 times the reference, a share 1.5 times its budget."""
+    host = _Host(share_ms=3500, floor_limit_ms=3000, reference_ms=500)
+    recorded = _judge_referenced(host, [6479, 1000], [1338, 400])
+    assert recorded["cold_over_floor"].budget is None and recorded["cold_over_floor"].max == 5141
+    at_reference = recorded["cold_over_floor_at_reference"]
+    assert at_reference.budget == 3500 and at_reference.within_budget
+    assert at_reference.values == [pytest.approx(5141 / (1338 / 500)), 600]  # a faster bed: no credit
+
+
+def test_a_slow_runtime_still_fails_on_a_bed_at_the_reference():
+    host = _Host(share_ms=3500, floor_limit_ms=3000, reference_ms=500)
+    with pytest.raises(AssertionError, match="floor met its limit"):
+        _judge_referenced(host, [4500, 1000], [450, 400])  # 4050 ms share on an idle bed
+    with pytest.raises(AssertionError, match="floor met its limit"):
+        _judge_referenced(host, [9600, 1000], [1000, 400])  # twice as slow a bed, still 4300 ms
+
+
+def test_a_slow_share_on_a_bed_over_its_floor_limit_stays_inconclusive():
+    host = _Host(share_ms=3500, floor_limit_ms=3000, reference_ms=500)
+    with pytest.raises(Inconclusive, match="over its limit"):
+        _judge_referenced(host, [40000, 1000], [3500, 400])
+
+
+def test_a_profile_without_the_reference_judges_the_raw_share():
+    host = _Host(share_ms=3500, floor_limit_ms=3000)
+    with pytest.raises(AssertionError):
+        _judge_referenced(host, [6479], [1338])
