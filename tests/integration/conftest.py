@@ -2,8 +2,26 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from stand_in_real_host import StandInHost, start_stand_in
+
+PCIWATCH_BUILD = Path(__file__).resolve().parents[1] / "plugins" / "pciwatch" / "build.py"
+
+
+@pytest.fixture(scope="session")
+def pciwatch() -> dict[str, Path]:
+    """The frozen plugin, its 64 MiB copy and its images (built once, cached under build/plugins/):
+    tests/plugins/pciwatch, certified on emulated hosts (test_plugins_as_shipped) and on the
+    stand-in real host (test_real_host)."""
+    done = subprocess.run([sys.executable, str(PCIWATCH_BUILD), "--size-mib", "64", "--images"],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"building pciwatch failed:\n{done.stderr}"
+    frozen, grown, oci, docker = (Path(line) for line in done.stdout.split())
+    return {"frozen": frozen, "64m": grown, "oci": oci, "docker": docker}
 
 
 @pytest.fixture(scope="session")

@@ -24,27 +24,14 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import pytest
-
 from hilconform.fixtures.oci_image import read_image
 from hilconform.reports.certificate import validate
 from hilconform.reports.run_folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILD = ROOT / "tests" / "plugins" / "pciwatch" / "build.py"
 RESOURCE, IDS = "example.com/a100", "10de:20b0"  # emulated:a100's cards
 IMAGE_REF = "example.com/pciwatch:1.0"
 RUN_DEADLINE_S = 900
-
-
-@pytest.fixture(scope="session")
-def pciwatch() -> dict[str, Path]:
-    """The frozen plugin, its 64 MiB copy and its images (built once, cached under build/plugins/)."""
-    done = subprocess.run([sys.executable, str(BUILD), "--size-mib", "64", "--images"], capture_output=True,
-                          text=True, timeout=900)
-    assert done.returncode == 0, f"building pciwatch failed:\n{done.stderr}"
-    frozen, grown, oci, docker = (Path(line) for line in done.stdout.split())
-    return {"frozen": frozen, "64m": grown, "oci": oci, "docker": docker}
 
 
 def _certify(tmp_path: Path, plugin: Path | None, *flags: str, clauses=(), claims=(),

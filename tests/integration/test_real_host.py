@@ -171,8 +171,10 @@ def _stand_in_leftovers(stand_in: StandInHost) -> str:
     processes or a plugin's, a bind mount. (Each pattern bracketed: the shell running it must not
     match itself.)"""
     return stand_in.ssh("ls -d /tmp/hilconform-kubele[t].* /var/lib/kubelet/device-plugins 2>/dev/null; "
-                        "pgrep -af '[k]ubelet_stand_in|[n]aive_static_plugin|[h]ilconform-kubelet'; "
-                        "grep device-plugins /proc/mounts; true").stdout
+                        "pgrep -af '[k]ubelet_stand_in|[n]aive_static_plugin|[h]ilconform-kubelet"
+                        "|[p]ciwatch'; "
+                        "grep device-plugins /proc/mounts; ls /sys/fs/cgroup | grep hilconform-plugin; "
+                        "true").stdout
 
 
 # make test-extended: the gate proves the DP suite through the real-host backend with the
@@ -208,6 +210,47 @@ def test_a_third_party_plugin_is_certified_through_a_private_mount_namespace(sta
     assert junit_counts(junit) == {"tests": 2, "failures": 1, "errors": 0, "skipped": 0}, outcome(done)
     assert passed_tests(junit) == {"test_advertised_devices_are_the_managed_ones_healthy_with_stable_ids"}
     assert _stand_in_leftovers(stand_in) == before
+
+
+def test_a_plugin_image_runs_under_the_hosts_own_oci_runtime_and_nothing_stays(stand_in, pciwatch, tmp_path):
+    """A container image on a real host (issue 33): run by the OCI runtime the host has (the
+    guest's crun; the stand-in mounts cgroup2 as a real host's init does), its manifest's plugin
+    directory bound from the stand-in's folder. pciwatch keeps to DP-02 and DP-08: both pass. The
+    watchdog ends the container: no process, container state, cgroup or folder stays."""
+    stand_in.ssh("grep -qs ' /sys/fs/cgroup cgroup2 ' /proc/mounts "
+                 "|| mount -t cgroup2 cgroup2 /sys/fs/cgroup")
+    before = _stand_in_leftovers(stand_in)
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(POD.format(image=IMAGE_REF))
+    junit = tmp_path / "junit.xml"
+    done = run_suites(stand_in, "suites/deviceplugin/test_dp02_inventory.py",
+                      "suites/deviceplugin/test_dp08_kubelet_restart.py", "--allow-destructive",
+                      "--device-plugin-image", str(pciwatch["oci"]), "--device-plugin-manifest", str(pod),
+                      "--device-plugin-resource", "hilconform.io/nvme=1b36:0010", f"--junitxml={junit}",
+                      "--real-journal", str(tmp_path / "journal.jsonl"))
+    assert done.returncode == 0, outcome(done)
+    assert junit_counts(junit) == {"tests": 2, "failures": 0, "errors": 0, "skipped": 0}, outcome(done)
+    assert _stand_in_leftovers(stand_in) == before
+
+
+IMAGE_REF = "example.com/pciwatch:1.0"
+POD = """\
+apiVersion: v1
+kind: Pod
+metadata: {{name: pciwatch}}
+spec:
+  containers:
+  - name: pciwatch
+    image: {image}
+    args: ["--resource", "hilconform.io/nvme", "--ids", "1b36:0010"]
+    securityContext: {{privileged: true}}
+    volumeMounts:
+    - {{name: device-plugins, mountPath: /var/lib/kubelet/device-plugins}}
+    - {{name: sys, mountPath: /sys}}
+  volumes:
+  - {{name: device-plugins, hostPath: {{path: /var/lib/kubelet/device-plugins}}}}
+  - {{name: sys, hostPath: {{path: /sys}}}}
+"""
 
 
 def test_a_64_mib_plugin_is_streamed_to_a_real_host_over_ssh(stand_in, tmp_path):
