@@ -12,13 +12,8 @@ STOCK_HOST ?= emulated:a100-stock
 PYTEST_ARGS ?=
 CERTIFY_ARGS ?=
 
-APT_PACKAGES := qemu-system-x86 qemu-utils debootstrap e2fsprogs cpio pciutils python3-venv openssh-client
-NEEDED_TOOLS := qemu-system-x86_64 qemu-nbd debootstrap mkfs.ext4 cpio ssh ssh-keygen
-# The project's tests also open report.html in a real headless browser, and build the plugins
-# they certify as teams ship them (tests/plugins/pciwatch/build.py): a frozen executable (binutils)
-# and container images (umoci, skopeo).
-TEST_PACKAGES := chromium binutils umoci skopeo crun runc
-TEST_TOOLS := chromium objcopy umoci skopeo crun runc
+# The system packages (Debian) each needs: emulators/host-packages.toml, shared with `hilconform setup`.
+HOST_PACKAGES := $(PYTHON) emulators/host_packages.py
 
 .PHONY: certify test test-extended setup setup-test venv image qemu-prefix unit lint bench clean-image self-check
 
@@ -65,25 +60,26 @@ unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 setup:
-	@missing=""; for t in $(NEEDED_TOOLS); do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
-	$(PYTHON) -c 'import venv, ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
+	@missing="$$($(HOST_PACKAGES) missing --group run)"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
-			echo "hilconform: installing system packages (missing:$$missing)"; \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
+			echo "hilconform: installing system packages (missing: $$missing)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 		else \
-			echo "hilconform: missing:$$missing. Run as root: apt-get install $(APT_PACKAGES)"; exit 1; \
+			echo "hilconform: missing: $$missing. Run as root: apt-get install $$missing"; exit 1; \
 		fi; \
 	fi
 
+# The project's tests also open report.html in a real headless browser, and build and run the
+# plugins they certify as teams ship them (tests/plugins/pciwatch/build.py): [test] of the file.
 setup-test:
-	@missing=""; for t in $(TEST_TOOLS); do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	@missing="$$($(HOST_PACKAGES) missing --group test)"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
-			echo "hilconform: installing $(TEST_PACKAGES) for the project's tests (missing:$$missing)"; \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(TEST_PACKAGES); \
+			echo "hilconform: installing $$missing for the project's tests"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 		else \
-			echo "hilconform: missing:$$missing. Run as root: apt-get install $(TEST_PACKAGES)"; exit 1; \
+			echo "hilconform: missing: $$missing. Run as root: apt-get install $$missing"; exit 1; \
 		fi; \
 	fi
 

@@ -6,10 +6,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .build_folder import PACKAGE_ROOT, build_folder, setup_hint
 from .errors import ImageMissing
 
-CHECKOUT = Path(__file__).resolve().parent.parent
-DEFAULT_IMAGE_DIR = CHECKOUT / "vm-images" / "build"
+CHECKOUT = PACKAGE_ROOT  # what the guest's code share holds (emulators/qemu_command.py)
 
 
 @dataclass(frozen=True)
@@ -21,13 +21,13 @@ class GuestImage:
 
     @classmethod
     def locate(cls, folder: Path | None = None) -> GuestImage:
-        folder = Path(folder or os.environ.get("HILCONFORM_IMAGE_DIR", DEFAULT_IMAGE_DIR))
+        folder = Path(folder or os.environ.get("HILCONFORM_IMAGE_DIR") or build_folder())
         parts = {"kernel": "vmlinuz", "initramfs": "initramfs.cpio", "rootfs": "rootfs.ext4"}
         missing = [name for name in parts.values() if not (folder / name).exists()]
         if missing:
             raise ImageMissing(
                 f"guest image incomplete in {folder} (missing {', '.join(missing)}); "
-                "build it with `make image` (as root)"
+                f"build it with {setup_hint('image')}"
             )
         version_file = folder / "kernel-version"
         version = version_file.read_text().strip() if version_file.exists() else "unknown"

@@ -8,8 +8,8 @@ import re
 import shutil
 import subprocess
 
+from .build_folder import build_folder, is_checkout
 from .errors import ToolMissing
-from .image import CHECKOUT
 
 INSTALL_HINT = "apt-get install qemu-system-x86 qemu-utils (or run `make setup` as root)"
 
@@ -42,12 +42,16 @@ def qemu_version(binary: str | None = None) -> str:
 
 # -- the QEMU that model-based hosts need (vfio-user client) ---------------------------------------
 VFIO_USER_MIN_VERSION = (10, 1)
-QEMU_PREFIX_WRAPPER = CHECKOUT / "vm-images" / "build" / "qemu-prefix" / "qemu-system-x86_64"
-VFIO_USER_HINT = (
-    "run `make qemu-prefix` (Debian 12: builds a private QEMU prefix from trixie-backports in "
-    "vm-images/build/qemu-prefix; Debian 13: installs qemu-system-x86 from trixie-backports), "
-    "or point HILCONFORM_QEMU_VFIO_USER at a qemu-system-x86_64 >= 10.1"
-)
+def qemu_prefix_wrapper():
+    """The private QEMU prefix's qemu-system-x86_64 (emulators/build_folder.py)."""
+    return build_folder() / "qemu-prefix" / "qemu-system-x86_64"
+
+
+def vfio_user_hint() -> str:
+    how = "`make qemu-prefix`" if is_checkout() else "`hilconform setup`"
+    return (f"run {how} as root (Debian 12: builds a private QEMU prefix from trixie-backports in "
+            f"{build_folder() / 'qemu-prefix'}; Debian 13: installs qemu-system-x86 from trixie-backports), "
+            "or point HILCONFORM_QEMU_VFIO_USER at a qemu-system-x86_64 >= 10.1")
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -75,8 +79,8 @@ def vfio_user_qemu_binary() -> str:
         system = shutil.which("qemu-system-x86_64")
         if system:
             candidates.append(("system", system))
-        if QEMU_PREFIX_WRAPPER.exists():
-            candidates.append(("prefix", str(QEMU_PREFIX_WRAPPER)))
+        if qemu_prefix_wrapper().exists():
+            candidates.append(("prefix", str(qemu_prefix_wrapper())))
     seen = []
     for origin, binary in candidates:
         version = qemu_version(binary)
@@ -87,7 +91,7 @@ def vfio_user_qemu_binary() -> str:
     found = "; ".join(seen) or "no QEMU found"
     raise ToolMissing(
         f"model-based hosts need QEMU >= {'.'.join(map(str, VFIO_USER_MIN_VERSION))} with the vfio-user "
-        f"client (vfio-user-pci); found: {found}. To get it: {VFIO_USER_HINT}"
+        f"client (vfio-user-pci); found: {found}. To get it: {vfio_user_hint()}"
     )
 
 

@@ -81,8 +81,11 @@ def tool_versions() -> dict:
 
 
 def _checkout_commit() -> str | None:
-    """`git describe --always --dirty` of the source checkout, or None outside one."""
+    """`git describe --always --dirty` of the source checkout, or None outside one (an installed
+    hilconform inside someone else's repository must not take that repository's commit)."""
     checkout = Path(__file__).resolve().parent.parent
+    if not (checkout / "pyproject.toml").is_file():  # site-packages/hilconform: no checkout
+        return None
     try:
         done = subprocess.run(
             ["git", "-C", str(checkout), "describe", "--always", "--dirty"],

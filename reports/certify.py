@@ -27,8 +27,12 @@ from . import allure_files, certificate, html_report
 from .run_folder import RunFolder
 from .verdicts import UNFINISHED_OUTCOMES, clause_verdict
 
+# A source checkout's root, or an installed site-packages/hilconform: both hold suites/ (pyproject.toml)
 CHECKOUT = Path(__file__).resolve().parent.parent
 SUITES = CHECKOUT / "suites"
+# The pytest settings a certification runs with, checkout or installed alike (not the checkout's
+# pyproject.toml, which an installed hilconform does not have).
+PYTEST_INI = Path(__file__).resolve().with_name("certify-pytest.ini")
 EMULATED_TWINS = "real/test_*_model_*.py"  # real-host clauses checked on emulated device models too
 SELF_CHECK_COMMAND = (sys.executable, "-m", "hilconform.reports.self_check")
 MUTANT_CATALOGUE = CHECKOUT / "tests" / "mutants" / "mutants.toml"  # test data of a source checkout
@@ -43,6 +47,7 @@ COLLECT_TIMEOUT_S = 180.0
 # queue, so no worker idles behind another's long tests at the end.
 EMULATED_WORKERS = 3
 XDIST_DISTRIBUTION = ("--dist", "worksteal")
+PYTEST_CONFIG = ("-c", str(PYTEST_INI), "--rootdir", str(CHECKOUT), "--confcutdir", str(CHECKOUT))
 
 
 class CertifyError(Exception):
@@ -54,7 +59,7 @@ class CertifyOptions:
     host: str
     suites: list[str] = field(default_factory=list)
     clauses: list[str] = field(default_factory=list)
-    out: Path = CHECKOUT / "reports"
+    out: Path = field(default_factory=lambda: Path.cwd() / "reports")
     workers: int | None = None  # None: EMULATED_WORKERS on an emulated host, 1 on a real one (one runtime)
     runtime_module: str | None = None
     self_check: bool = False
@@ -64,7 +69,8 @@ class CertifyOptions:
 
 def available_suites() -> list[str]:
     if not SUITES.is_dir():
-        raise CertifyError(f"{SUITES}: no suites folder; `hilconform certify` runs from a source checkout")
+        raise CertifyError(f"{SUITES}: no suites folder: this hilconform is installed without its suites "
+                           "(reinstall it from a wheel or sdist, or run from a source checkout)")
     return sorted(p.name for p in SUITES.iterdir() if p.is_dir() and any(p.glob("test_*.py")))
 
 
@@ -126,6 +132,7 @@ def collect_scope(options: CertifyOptions, paths: list[str]) -> dict:
         "0",
         "--host",
         options.host,
+        *PYTEST_CONFIG,
     ]
     if options.runtime_module:
         argv += ["--runtime-module", options.runtime_module]
@@ -270,6 +277,7 @@ def _pytest_argv(options: CertifyOptions, run: RunFolder, targets: list[str]) ->
         "-p",
         "no:cacheprovider",
         "-rfEs",
+        *PYTEST_CONFIG,
     ]
     if options.runtime_module:
         argv += ["--runtime-module", options.runtime_module]
@@ -397,7 +405,7 @@ def certify(options: CertifyOptions, out=sys.stdout) -> int:
     scope = collect_scope(options, paths)
     targets = scope["tests"] if options.clauses else paths
     try:
-        run = RunFolder.create(options.out, options.host)
+        run = RunFolder.create(options.out.resolve(), options.host)  # pytest runs in CHECKOUT
     except OSError as exc:
         raise CertifyError(f"--out {options.out}: cannot make the run folder there ({exc})") from None
     argv = _pytest_argv(options, run, targets)

@@ -17,7 +17,6 @@ from pathlib import Path
 from . import allure_files
 from .certificate import CertificateInvalid
 from .certify import (
-    CHECKOUT,
     EMULATED_WORKERS,
     CertifyError,
     CertifyOptions,
@@ -74,9 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--out",
         type=Path,
-        default=CHECKOUT / "reports",
+        default=Path("reports"),
         metavar="DIR",
-        help="where the run folder is made (default: the checkout's reports/)",
+        help="where the run folder is made (default: reports/ in the current folder)",
     )
     run.add_argument(
         "-n",
@@ -105,6 +104,17 @@ def _parser() -> argparse.ArgumentParser:
         metavar="M",
         help="deadline of the whole run; past it the run is stopped as incomplete (default 180)",
     )
+
+    setup = commands.add_parser(
+        "setup",
+        help="set up this machine for emulated hosts: system packages, guest image, QEMU",
+        description="Install the system packages emulated hosts need (as root; otherwise print the apt "
+        "line), and build the guest image and the QEMU with the vfio-user client into the cache folder "
+        "($XDG_CACHE_HOME/hilconform, or HILCONFORM_BUILD_DIR; a source checkout: vm-images/build), "
+        "each only when missing or its recipe changed. Exit 0 ready, 1 something missing, 2 a step failed.",
+    )
+    setup.add_argument("--check", action="store_true", help="only say what is missing (as `doctor`)")
+    commands.add_parser("doctor", help="say what `setup` would still have to do (changes nothing)")
 
     report = commands.add_parser(
         "report",
@@ -167,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
                 pytest_args=pytest_args,
             )
             return certify(options)
+        if args.command in ("setup", "doctor"):  # emulators' code, run as a process (reports/ imports none)
+            check = ["--check"] if args.command == "doctor" or args.check else []
+            setup = [sys.executable, "-m", "hilconform.emulators.tool_setup", *check]
+            return subprocess.run(setup).returncode
         return _report(args)
     except (CertifyError, NotARunFolder, IncomparableRuns, CertificateInvalid) as exc:
         print(f"hilconform: error: {exc}", file=sys.stderr)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the guest image: Debian 12 kernel, a tiny initramfs and an ext4 root.
 
-Output goes to vm-images/build/ (ignored by git):
+Output goes to vm-images/build/ (ignored by git), or HILCONFORM_BUILD_DIR (`hilconform setup`):
   vmlinux          the Debian 12 kernel (linux-image-amd64), uncompressed ELF: QEMU
                    boots it through its PVH entry, which saves ~2.5 s of xz
                    decompression under TCG (falls back to the bzImage, vmlinuz)
@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BUILD = HERE / "build"
+# emulators/build_folder.py decides where (HILCONFORM_BUILD_DIR; a checkout: vm-images/build).
+BUILD = Path(os.environ.get("HILCONFORM_BUILD_DIR") or HERE / "build")
 SUITE = "bookworm"
 RECIPE_FILES = ["build_guest.py", "packages.txt", "initramfs-init.sh", "stage2-init.sh"]
 # Modules the initramfs loads, in order, to reach an ext4 root on virtio-blk.

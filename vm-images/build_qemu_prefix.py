@@ -36,7 +36,8 @@ except ImportError as missing:  # python3-minimal only: say what to install, not
              "install it: apt-get install python3")
 
 HERE = Path(__file__).resolve().parent
-BUILD = HERE / "build"
+# emulators/build_folder.py decides where (HILCONFORM_BUILD_DIR; a checkout: vm-images/build).
+BUILD = Path(os.environ.get("HILCONFORM_BUILD_DIR") or HERE / "build")
 RECIPE = HERE / "qemu-prefix.toml"
 PREFIX = BUILD / "qemu-prefix"
 APT_DIR = BUILD / "qemu-apt"

@@ -1,0 +1,76 @@
+"""The Debian packages the machine running hilconform needs, and which of them are missing.
+
+The list is data (emulators/host-packages.toml): `make setup` runs this file as a script before
+any virtualenv exists (standard library only), `hilconform setup` imports it, so both install
+and check the same packages. A package counts as installed when its `tool` runs (`command -v`,
+or the shell test given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA = Path(__file__).resolve().with_name("host-packages.toml")
+GROUPS = ("run", "test")
+KEYS = {"tool", "for"}
+
+
+class HostPackagesError(ValueError):
+    """host-packages.toml is malformed: the message names the entry and what is wrong."""
+
+
+@dataclass(frozen=True)
+class HostPackage:
+    name: str
+    group: str
+    tool: str
+    why: str
+
+    def installed(self) -> bool:
+        check = self.tool if " " in self.tool else f"command -v {self.tool}"
+        return subprocess.run(["sh", "-c", f"{check} >/dev/null 2>&1"]).returncode == 0
+
+
+def read_packages(path: Path = DATA) -> list[HostPackage]:
+    """Every package, strictly: an unknown group or key is an error."""
+    data = tomllib.loads(path.read_text())
+    unknown = set(data) - set(GROUPS)
+    if unknown:
+        raise HostPackagesError(f"{path}: unknown group(s) {', '.join(sorted(unknown))} (known: {GROUPS})")
+    packages = []
+    for group in GROUPS:
+        for name, entry in data.get(group, {}).items():
+            if not isinstance(entry, dict) or set(entry) != KEYS:
+                raise HostPackagesError(f"{path}: [{group}.{name}] must have exactly {sorted(KEYS)}")
+            packages.append(HostPackage(name, group, entry["tool"], entry["for"]))
+    return packages
+
+
+def missing_packages(groups: tuple[str, ...] = ("run",), path: Path = DATA) -> list[HostPackage]:
+    return [p for p in read_packages(path) if p.group in groups and not p.installed()]
+
+
+def apt_install_command(packages: list[HostPackage]) -> list[str]:
+    return ["apt-get", "install", "-y", "-qq", *(p.name for p in packages)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=("list", "missing"),
+                        help="every package of the groups, or the missing ones")
+    parser.add_argument("--group", action="append", choices=GROUPS, help="repeatable (default: run)")
+    args = parser.parse_args(argv)
+    groups = tuple(args.group or ["run"])
+    chosen = (missing_packages(groups) if args.what == "missing"
+              else [p for p in read_packages() if p.group in groups])
+    print(" ".join(p.name for p in chosen))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

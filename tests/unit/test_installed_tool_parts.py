@@ -1,0 +1,80 @@
+"""The pieces an installed hilconform stands on, without installing it: where it builds
+(emulators/build_folder.py), which system packages it needs (emulators/host_packages.py), a
+repository's own clauses (fixtures/own_clauses.py). The whole path, from a wheel into a fresh
+virtualenv outside the checkout, is tests/integration/test_installed_tool.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hilconform.emulators import build_folder, host_packages
+from hilconform.fixtures.own_clauses import OwnClauseError, read_own_clauses
+
+SPEC_IDS = {"DISC-01", "DP-02"}
+
+
+def test_a_checkout_builds_into_vm_images_build(monkeypatch):
+    monkeypatch.delenv(build_folder.ENV, raising=False)
+    assert build_folder.is_checkout()
+    assert build_folder.build_folder() == build_folder.PACKAGE_ROOT / "vm-images" / "build"
+    assert "make image" in build_folder.setup_hint("image")
+
+
+def test_an_installed_tool_builds_into_the_users_cache(monkeypatch, tmp_path):
+    monkeypatch.delenv(build_folder.ENV, raising=False)
+    monkeypatch.setattr(build_folder, "PACKAGE_ROOT", tmp_path / "site-packages" / "hilconform")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert build_folder.build_folder() == tmp_path / "cache" / "hilconform"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert build_folder.build_folder() == tmp_path / "home" / ".cache" / "hilconform"
+    assert build_folder.setup_hint("image") == "`hilconform setup` (as root)"
+    monkeypatch.setenv(build_folder.ENV, str(tmp_path / "elsewhere"))
+    assert build_folder.build_folder() == tmp_path / "elsewhere"
+
+
+def test_the_host_packages_are_read_strictly(tmp_path):
+    packages = host_packages.read_packages()
+    assert {p.name for p in packages if p.group == "run"} >= {"qemu-system-x86", "debootstrap"}
+    assert {p.name for p in packages if p.group == "test"} >= {"crun", "runc", "skopeo"}
+    bad = tmp_path / "packages.toml"
+    bad.write_text('[run.qemu]\ntool = "qemu"\nfor = "x"\nversion = "9"\n')
+    with pytest.raises(host_packages.HostPackagesError, match=r"\[run.qemu\] must have exactly"):
+        host_packages.read_packages(bad)
+    bad.write_text('[runtime.qemu]\ntool = "qemu"\nfor = "x"\n')
+    with pytest.raises(host_packages.HostPackagesError, match="unknown group"):
+        host_packages.read_packages(bad)
+
+
+def test_a_package_is_missing_when_its_tool_is_not_found(tmp_path):
+    data = tmp_path / "packages.toml"
+    data.write_text('[run.sh]\ntool = "sh"\nfor = "x"\n'
+                    '[run.nothing]\ntool = "no-such-tool-here"\nfor = "y"\n')
+    assert [p.name for p in host_packages.missing_packages(("run",), data)] == ["nothing"]
+
+
+def _clauses(tmp_path: Path, text: str):
+    path = tmp_path / "acme.toml"
+    path.write_text(text)
+    return read_own_clauses([path], SPEC_IDS)
+
+
+def test_a_repositorys_own_clauses_are_read_with_their_budgets(tmp_path):
+    clauses = _clauses(tmp_path, '[clauses.ACME-01]\nstatement = "s"\nbudgets = { answer_ms = 2000 }\n'
+                                 '[clauses.ACME-02]\nstatement = "t"\n')
+    assert clauses["ACME-01"].budgets == {"answer_ms": 2000.0} and clauses["ACME-02"].budgets == {}
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ('[clauses.acme-1]\nstatement = "s"\n', "letters, a dash and two digits"),
+    ('[clauses.DISC-01]\nstatement = "s"\n', "already the spec's"),
+    ('[clauses.ACME-01]\nstatment = "s"\n', "keys are `statement`"),
+    ('[clauses.ACME-01]\nstatement = "s"\nbudgets = { a_ms = -1 }\n', "positive numbers"),
+    ('[clause.ACME-01]\nstatement = "s"\n', "one table"),
+    ('[clauses.ACME-01\n', "cannot be read"),
+])
+def test_a_bad_clause_file_is_refused_naming_what_is_wrong(tmp_path, text, says):
+    with pytest.raises(OwnClauseError, match=says):
+        _clauses(tmp_path, text)
