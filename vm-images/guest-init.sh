@@ -21,7 +21,9 @@ if [ "$HILCONFORM_GUEST_COPY" != 1 ]; then
         || log "no hilconform_run share"
     rm -rf /run/hilconform/src /run/hilconform/run
     mkdir -p /run/hilconform/src/vm-images /run/hilconform/run
-    tar -C /opt/hilconform/src --exclude=__pycache__ --exclude=tests/unit -cf - runtime tests emulators \
+    # tests/ (the mutant runtimes) is a checkout's only: an installed hilconform shares without it
+    code=$(cd /opt/hilconform/src && ls -d runtime tests emulators 2>/dev/null)
+    tar -C /opt/hilconform/src --exclude=__pycache__ --exclude=tests/unit -cf - $code \
         | tar -C /run/hilconform/src -xf - || log "could not copy the code"
     cp -a /opt/hilconform/src/vm-images/*.sh /run/hilconform/src/vm-images/
     # A plugin under test is run from the share itself (it may be larger than this tmpfs).

@@ -18,7 +18,7 @@ from hilconform.fixtures.host_protocol import (
     budget,  # noqa: F401 (the DISC tests import it from here)
     ms_to_event,
 )
-from hilconform.fixtures.node_clock import bare_python_start_ms
+from hilconform.fixtures.node_clock import bare_python_start
 from hilconform.fixtures.runtime_waits import (  # noqa: F401 (the DISC tests import them from here)
     COLD_DISCOVERY_TIMEOUT_S,
     subscribe_from_start,
@@ -354,11 +354,11 @@ def guest_views(host, bdfs: list[str]) -> dict[str, GuestView]:
 
 
 
-def bare_interpreter_start_ms(host) -> float:
+def bare_interpreter_start(host) -> tuple[int, int]:
     """DISC-03's floor: a bare `python3` importing pyudev (the runtime's one dependency), timed
     by itself from its process start on the node, so a slow test bed's interpreter start is not
     read as the runtime's cold discovery."""
-    return bare_python_start_ms(host, ("pyudev",))
+    return bare_python_start(host, ("pyudev",))
 
 
 # -- profile ---------------------------------------------------------------------------------------

@@ -12,14 +12,16 @@ after interpreter start-up) is recorded beside it and must not exceed it.
 
 Judged over the test bed's floor (fixtures/floor_judgement.py): after each start a bare
 `python3` importing pyudev is started on the node and times its own start the same way
-(`bare_interpreter_start_ms`); the runtime's share is its cold discovery less that floor. A
+(`bare_interpreter_start`); the runtime's share is its cold discovery less that floor. A
 profile with `cold_discovery_over_floor_ms` (emulated, TCG: most of a start is the emulated
 interpreter's) judges the share, inconclusive when the floor is over
-`cold_discovery_floor_limit_ms`; one with only `cold_discovery_ms` (real hosts) judges the
-whole figure. Every start must meet the budget (the `max` is judged), and each cold discovery must
-report exactly the managed endpoints the host has (`host.managed_truth()`: QEMU's bus
-tree, or a real host's sysfs, with the profile's selection), each announced by a `discovered` event
-(cause `boot`) before `inventory_complete`.
+`cold_discovery_floor_limit_ms`, each start and each floor taken less the node's stalls inside
+it (fixtures/stall_witness.py: a loaded runner stops the guest's CPU at one moment and not the
+next, so a floor measured beside a start is not measured during it); one with only
+`cold_discovery_ms` (real hosts) judges the whole figure. Every start must meet the budget (the
+`max` is judged), and each cold discovery must report exactly the managed endpoints the host has
+(`host.managed_truth()`: QEMU's bus tree, or a real host's sysfs, with the profile's selection),
+each announced by a `discovered` event (cause `boot`) before `inventory_complete`.
 
 The shared host is left as found: the runtime is running with the same configuration
 and a complete inventory (the test holds no leases across a restart).
@@ -30,13 +32,14 @@ from __future__ import annotations
 import pytest
 from discovery_support import (
     COLD_DISCOVERY_TIMEOUT_S,
-    bare_interpreter_start_ms,
+    bare_interpreter_start,
     ms_between,
     subscribe_from_start,
 )
 
 from hilconform.fixtures.floor_judgement import FloorBudgets, judge_over_floor
 from hilconform.fixtures.node_clock import node_monotonic_ns_of_process_start
+from hilconform.fixtures.stall_witness import GuestStallWitness, stalled_ms
 
 pytestmark = [pytest.mark.clause("DISC-03"), pytest.mark.slow]
 
@@ -50,39 +53,47 @@ def test_cold_discovery_after_runtime_start(host, measurements):
     truth = sorted(host.managed_truth())
     host.settled_inventory()
     from_process_start, runtime_reported, floors = [], [], []
-    for _ in range(RESTARTS):
-        old_pid = host.runtime_pid()
-        host.restart_runtime()
-        pid = host.runtime_pid()
-        assert pid != old_pid, "restart_runtime left the old runtime process in place"
-        started_ns = node_monotonic_ns_of_process_start(host, pid)
-        runtime = host.runtime
-        assert runtime.hello["pid"] == pid, (
-            f"the runtime answering is pid {runtime.hello['pid']}, the one started is {pid}")
-        mark = subscribe_from_start(runtime)
-        done = runtime.wait_event("inventory_complete", mark, COLD_DISCOVERY_TIMEOUT_S,
-                                  what="cold discovery after a runtime start")
-        assert sorted(done["data"]["bdfs"]) == truth, (
-            f"cold discovery reported {sorted(done['data']['bdfs'])}; the host has {truth}")
-        assert done["data"]["devices"] == len(truth)
-        announced = sorted(e["data"]["device"] for e in runtime.events(mark, "discovered")
-                           if e["data"]["cause"] == "boot" and e["seq"] < done["seq"])
-        assert announced == truth, (
-            f"`discovered` (boot) before inventory_complete for {announced}; the host has {truth}")
-        inventory = runtime.call("inventory")
-        assert inventory["complete"] is True
-        assert sorted(d["device"] for d in inventory["devices"]) == truth
+    starts, floor_starts = [], []  # (start, end) on the node's clock, for the stalls inside each
+    witness = GuestStallWitness(host)  # started first: the node's stalls during every start and floor
+    try:
+        for _ in range(RESTARTS):
+            old_pid = host.runtime_pid()
+            host.restart_runtime()
+            pid = host.runtime_pid()
+            assert pid != old_pid, "restart_runtime left the old runtime process in place"
+            started_ns = node_monotonic_ns_of_process_start(host, pid)
+            runtime = host.runtime
+            assert runtime.hello["pid"] == pid, (
+                f"the runtime answering is pid {runtime.hello['pid']}, the one started is {pid}")
+            mark = subscribe_from_start(runtime)
+            done = runtime.wait_event("inventory_complete", mark, COLD_DISCOVERY_TIMEOUT_S,
+                                      what="cold discovery after a runtime start")
+            assert sorted(done["data"]["bdfs"]) == truth, (
+                f"cold discovery reported {sorted(done['data']['bdfs'])}; the host has {truth}")
+            assert done["data"]["devices"] == len(truth)
+            announced = sorted(e["data"]["device"] for e in runtime.events(mark, "discovered")
+                               if e["data"]["cause"] == "boot" and e["seq"] < done["seq"])
+            assert announced == truth, (
+                f"`discovered` (boot) before inventory_complete for {announced}; the host has {truth}")
+            inventory = runtime.call("inventory")
+            assert inventory["complete"] is True
+            assert sorted(d["device"] for d in inventory["devices"]) == truth
 
-        elapsed_ms = ms_between(started_ns, done["ts_ns"])
-        reported_ms = float(done["data"]["duration_ms"])
-        assert 0 <= reported_ms <= elapsed_ms + TICK_MS, (
-            f"runtime reports {reported_ms:.0f} ms of cold discovery, but only {elapsed_ms:.0f} ms "
-            f"passed since its process started")
-        from_process_start.append(elapsed_ms)
-        runtime_reported.append(reported_ms)
-        floors.append(bare_interpreter_start_ms(host))
-        assert runtime.violations == []
+            elapsed_ms = ms_between(started_ns, done["ts_ns"])
+            reported_ms = float(done["data"]["duration_ms"])
+            assert 0 <= reported_ms <= elapsed_ms + TICK_MS, (
+                f"runtime reports {reported_ms:.0f} ms of cold discovery, but only {elapsed_ms:.0f} ms "
+                f"passed since its process started")
+            from_process_start.append(elapsed_ms)
+            runtime_reported.append(reported_ms)
+            starts.append((started_ns, done["ts_ns"]))
+            floor_starts.append(bare_interpreter_start(host))
+            floors.append(ms_between(*floor_starts[-1]))
+            assert runtime.violations == []
+    finally:
+        stalls = witness.stop()
 
     measurements.record("DISC-03", "cold_discovery_runtime_reported", runtime_reported, "ms")
     judge_over_floor(host, measurements, "DISC-03", "cold_discovery", from_process_start, floors,
-                     BUDGETS, stat="max")
+                     BUDGETS, stat="max", stalls=([stalled_ms(stalls, *span) for span in starts],
+                                                  [stalled_ms(stalls, *span) for span in floor_starts]))

@@ -119,3 +119,35 @@ def test_a_late_interval_beyond_its_stalls_fails_when_the_stalls_met_their_limit
 def test_a_late_interval_beyond_its_stalls_is_inconclusive_when_the_node_stalled_past_its_limit():
     with pytest.raises(Inconclusive, match="too slow to judge"):
         _judge_interval(_Host(stall_limit_ms=1000), 3000, 1500)
+
+
+def _judge_with_stalls(host, totals, floors, stalls):
+    measurements = _Measurements()
+    judge_over_floor(host, measurements, "DISC-03", "cold", totals, floors, KEYS, stat="max", stalls=stalls)
+    return measurements.recorded
+
+
+def test_each_sample_and_floor_is_taken_less_its_own_stalls():
+    """DISC-03 at load 8 (2026-12-04): a 5.6 s start with 5.1 s of it stalled, a floor of 0.47 s."""
+    host = _Host(share_ms=3500, floor_limit_ms=3000)
+    recorded = _judge_with_stalls(host, [5630, 1000], [470, 900], ([5100, 0], [0, 400]))
+    assert recorded["cold"].values == [5630, 1000]  # as measured
+    assert recorded["cold_floor"].values == [470, 900] and recorded["cold_floor"].budget is None
+    assert recorded["cold_floor_less_stalls"].values == [470, 500]
+    assert recorded["cold_floor_less_stalls"].budget == 3000
+    assert recorded["cold_over_floor"].values == [60, 500] and recorded["cold_over_floor"].within_budget
+    assert recorded["cold_stalled"].values == [5100, 0] and recorded["cold_floor_stalled"].values == [0, 400]
+
+
+def test_a_slow_runtime_on_an_unstalled_node_still_fails():
+    host = _Host(share_ms=3500, floor_limit_ms=3000)
+    with pytest.raises(AssertionError, match="floor met its limit"):
+        _judge_with_stalls(host, [4500, 1000], [450, 400], ([0, 0], [0, 0]))
+    with pytest.raises(AssertionError, match="floor met its limit"):  # its stalls do not excuse its own time
+        _judge_with_stalls(host, [6000, 1000], [450, 400], ([1500, 0], [0, 0]))
+
+
+def test_a_real_host_judges_the_whole_figure_and_only_records_the_stalls():
+    host = _Host(total_ms=1500)
+    with pytest.raises(AssertionError, match="MISSED"):
+        _judge_with_stalls(host, [1000, 1600], [100, 100], ([0, 900], [0, 0]))
