@@ -10,7 +10,7 @@ per run: the configuration, the host, its wall time, exit code and verdict, the 
 average before and after; then per configuration the whole (both hosts) as median, min and max.
 
 Issue 17's target: make certify (both hosts, after set-up) <= 5 min on 2 cores.
-First figures (2026-12-03, 2 cores): see README, "make certify".
+First figures (2026-12-03, 2 cores): docs/performance.md, "make certify".
 Usage: benchmarks/certify_wall_time.py [--host emulated:a100 ...] [--repeat 1] [--only current]
 """
 

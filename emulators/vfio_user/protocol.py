@@ -1,7 +1,7 @@
 """The vfio-user wire format: a 16-byte header, a payload, file descriptors alongside.
 
 Only what QEMU's client (`vfio-user-pci`, QEMU >= 10.1) sends is understood.
-Framing rules that matter (see ../shared/notes/vfio-user.md): a request that
+Framing rules that matter (see docs/toolchain-vfio-user.md): a request that
 carries NO_REPLY is never answered; replies carry exactly the payload size the
 client expects; fds arrive with the header as SCM_RIGHTS.
 """

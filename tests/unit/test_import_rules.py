@@ -1,4 +1,4 @@
-"""Which piece may import which (docs: ../shared/DESIGN.md), checked on every .py file with `ast`.
+"""Which piece may import which (docs/architecture.md), checked on every .py file with `ast`.
 
 The runtime must run alone in the guest and on a lab host; the emulators are a library
 usable without pytest; suites reach the test bed only through the plugin (and the

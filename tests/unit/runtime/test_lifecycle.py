@@ -11,7 +11,7 @@ from hilconform.runtime.lifecycle import DeviceStates, IllegalTransition, Transi
 
 TABLE = TransitionTable.load()
 
-# The clause's moves (CLAUSES.md "Runtime states"), which the table must contain.
+# The clause's moves (docs/spec.md, "Runtime states"), which the table must contain.
 CLAUSE_HEALTH = [
     ("DISCOVERED", "HEALTHY"),
     ("HEALTHY", "ALLOCATED"),
