@@ -86,7 +86,7 @@ def test_the_ci_commands_certify_from_a_fresh_virtualenv_outside_the_checkout(te
     assert set(certs) == {"emulated:a100-stock", "emulated:a100"}, done.stdout[-3000:]
     for spec, cert in certs.items():
         assert cert["verdict"] == "conformant", f"{spec}: {cert['verdict']}"
-        assert cert["tool"]["hilconform_checkout"] is None  # an installed tool names no commit
+        assert cert["versions"]["hilconform_checkout"] is None  # an installed tool names no commit
     assert {c["id"]: c["verdict"] for c in certs["emulated:a100"]["clauses"]} == {"DP-02": "pass"}
     assert certs["emulated:a100"]["device_plugin"]["kind"] == "command"
     assert "hilconform setup: ready" in done.stdout

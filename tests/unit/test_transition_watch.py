@@ -37,11 +37,21 @@ class FedClient(RuntimeClient):
             return TransitionTable.load().to_dict()
         raise RuntimeCallError(method, "UNKNOWN_METHOD", "not here")
 
-    def move(self, frm, to, cause, device=DEV):
+    def move(self, frm, to, cause, device=DEV, view="health"):
         self.seq += 1
         self._events.append({"event": "transition", "seq": self.seq, "ts_ns": self.seq, "data": {
-            "device": device, "view": "health", "from": frm, "to": to, "cause": cause,
+            "device": device, "view": view, "from": frm, "to": to, "cause": cause,
             "checkpoint": {"name": "c", "ok": True}, "ts_ns": self.seq}})
+
+
+def hot_add_then_health(client):
+    """A hot-add up to its health move, whose paired main move is still to come."""
+    client.move("POWER_OFF", "FIRMWARE_LOADED", "hot_add:firmware", view="main")
+    client.move("DISCOVERED", "HEALTHY", "hot_add:hot_add")
+
+
+def paired_main_move(client):
+    client.move("FIRMWARE_LOADED", "INITIALIZED", "hot_add:hot_add", view="main")
 
 
 def stand_in(client=None):
@@ -122,6 +132,16 @@ def test_a_runtime_that_does_not_publish_its_table_is_not_judged(host_factory):
 def test_without_a_runtime(host_factory):
     host_factory.hosts.append(stand_in(None))
 
+@pytest.mark.clause("HP-05")
+def test_a_paired_main_move_in_flight_at_the_end_is_waited_for(host):
+    import threading
+    hot_add_then_health(host._runtime)
+    threading.Timer(0.3, paired_main_move, (host._runtime,)).start()  # sent after the test's end
+
+@pytest.mark.clause("HP-05")
+def test_a_paired_main_move_that_never_comes_breaks_life01(host):
+    hot_add_then_health(host._runtime)
+
 class Exploding:
     @property
     def hosts(self):
@@ -165,11 +185,16 @@ def test_the_watch_fails_and_counts_life01_only_where_the_test_ended_as_a_findin
         "test_a_runtime_that_does_not_publish_its_table_is_not_judged": ("passed", []),
         "test_without_a_runtime": ("passed", []),
         "test_the_watchs_own_trouble_changes_nothing": ("passed", []),
+        "test_a_paired_main_move_in_flight_at_the_end_is_waited_for": ("passed", []),
+        "test_a_paired_main_move_that_never_comes_breaks_life01": ("failed", ["LIFE-01"]),
     }, stdout[-4000:]
+    assert "FIRMWARE_LOADED -> INITIALIZED that the published combination pairs with" in (
+        tests["test_a_paired_main_move_that_never_comes_breaks_life01"]["message"])
     assert "the watch could not start" in stdout
     own = {name for name, r in tests.items() if r.get("own_clause_passed")}
     assert own == {"test_passes_but_its_events_break_life01",
-                   "test_a_host_started_during_the_call_counts_from_its_first_event"}, own
+                   "test_a_host_started_during_the_call_counts_from_its_first_event",
+                   "test_a_paired_main_move_that_never_comes_breaks_life01"}, own
     message = tests["test_passes_but_its_events_break_life01"]["message"]
     assert "LIFE-01" in message and "cause kind 'aer' may not take it" in message, message
     assert "its own finding" in tests["test_fails_on_its_own_clause_and_breaks_life01"]["message"]
