@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from hilconform.fixtures.errors import Inconclusive, InfrastructureError
-from hilconform.fixtures.floor_judgement import FloorBudgets, judge_interval_over_stalls, judge_over_floor
+from hilconform.fixtures.floor_judgement import (
+    FloorBudgets,
+    judge_interval_over_stalls,
+    judge_less_stalls,
+    judge_over_floor,
+)
 
 KEYS = FloorBudgets(absolute="total_ms", share="share_ms", floor_limit="floor_limit_ms")
 
@@ -151,3 +156,33 @@ def test_a_real_host_judges_the_whole_figure_and_only_records_the_stalls():
     host = _Host(total_ms=1500)
     with pytest.raises(AssertionError, match="MISSED"):
         _judge_with_stalls(host, [1000, 1600], [100, 100], ([0, 900], [0, 0]))
+
+
+def _judge_less_stalls(host, totals, stalls):
+    measurements = _Measurements()
+    judge_less_stalls(host, measurements, "DP-05", "advertised", totals, stalls, "total_ms", "stall_limit_ms",
+                      stat="max")
+    return measurements.recorded
+
+
+def test_a_figure_over_budget_only_by_the_nodes_stalls_passes():
+    """DP-05 at load 8 (2026-12-04): an add advertised after 5.6 s against 5 s."""
+    host = _Host(total_ms=5000, stall_limit_ms=10000)
+    recorded = _judge_less_stalls(host, [5622, 3258], [1200, 300])
+    assert recorded["advertised"].budget is None and recorded["advertised_stalled"].budget == 10000
+    assert recorded["advertised_less_stalls"].values == [4422, 2958]
+    assert recorded["advertised_less_stalls"].within_budget
+
+
+def test_a_late_figure_fails_unless_the_node_was_too_stalled_to_judge():
+    host = _Host(total_ms=5000, stall_limit_ms=10000)
+    with pytest.raises(AssertionError, match="stalls inside it met its limit"):
+        _judge_less_stalls(host, [7000], [500])
+    with pytest.raises(Inconclusive, match="stalls inside it was over its limit"):
+        _judge_less_stalls(host, [30000], [12000])
+
+
+def test_without_a_stall_limit_the_whole_figure_is_judged():
+    host = _Host(total_ms=5000)
+    with pytest.raises(AssertionError, match="MISSED"):
+        _judge_less_stalls(host, [5622], [1200])
