@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +18,12 @@ def pciwatch() -> dict[str, Path]:
     """The frozen plugin, its 64 MiB copy and its images (built once, cached under build/plugins/):
     tests/plugins/pciwatch, certified on emulated hosts (test_plugins_as_shipped) and on the
     stand-in real host (test_real_host)."""
-    done = subprocess.run([sys.executable, str(PCIWATCH_BUILD), "--size-mib", "64", "--images"],
-                          capture_output=True, text=True, timeout=900)
+    lock = PCIWATCH_BUILD.parents[3] / "build" / "pciwatch.lock"  # one build at a time (xdist workers)
+    lock.parent.mkdir(exist_ok=True)
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        done = subprocess.run([sys.executable, str(PCIWATCH_BUILD), "--size-mib", "64", "--images"],
+                              capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"building pciwatch failed:\n{done.stderr}"
     frozen, grown, oci, docker = (Path(line) for line in done.stdout.split())
     return {"frozen": frozen, "64m": grown, "oci": oci, "docker": docker}
