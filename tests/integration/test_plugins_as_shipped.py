@@ -24,13 +24,14 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from pciwatch_pod import pciwatch_pod
+
 from hilconform.fixtures.oci_image import read_image
 from hilconform.reports.certificate import validate
 from hilconform.reports.run_folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[2]
 RESOURCE, IDS = "example.com/a100", "10de:20b0"  # emulated:a100's cards
-IMAGE_REF = "example.com/pciwatch:1.0"
 RUN_DEADLINE_S = 900
 
 
@@ -127,20 +128,7 @@ def test_the_plugin_image_runs_as_its_daemonset_deploys_it(pciwatch, tmp_path):
 
 def test_a_docker_save_tarball_of_the_plugin_certifies(pciwatch, tmp_path):
     """A Pod manifest of its own (the image's Entrypoint, the manifest's args; lost devices dropped)."""
-    pod = tmp_path / "pod.yaml"
-    pod.write_text(f"""
-apiVersion: v1
-kind: Pod
-metadata: {{name: pciwatch}}
-spec:
-  containers:
-  - name: pciwatch
-    image: {IMAGE_REF}
-    args: [--resource, {RESOURCE}, --ids, "{IDS}", --lost, drop]
-    securityContext: {{privileged: true}}
-    volumeMounts: [{{name: plugins, mountPath: /var/lib/kubelet/device-plugins}}]
-  volumes: [{{name: plugins, hostPath: {{path: /var/lib/kubelet/device-plugins}}}}]
-""")
+    pod = pciwatch_pod(tmp_path / "pod.yaml", ["--resource", RESOURCE, "--ids", IDS, "--lost", "drop"])
     code, cert, outcomes = _certify(tmp_path, None, clauses=("DP-01", "DP-02", "DP-03"), plugin_args=(
         "--device-plugin-image", str(pciwatch["docker"]), "--device-plugin-manifest", str(pod)))
     assert code == 0 and set(_verdicts(cert).values()) == {"pass"}, (code, outcomes)

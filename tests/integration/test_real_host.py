@@ -16,6 +16,7 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
+from pciwatch_pod import pciwatch_pod
 from stand_in_real_host import StandInHost, host_state, outcome, run_suites
 
 from hilconform.fixtures.real_host import RealHost
@@ -220,8 +221,8 @@ def test_a_plugin_image_runs_under_the_hosts_own_oci_runtime_and_nothing_stays(s
     stand_in.ssh("grep -qs ' /sys/fs/cgroup cgroup2 ' /proc/mounts "
                  "|| mount -t cgroup2 cgroup2 /sys/fs/cgroup")
     before = _stand_in_leftovers(stand_in)
-    pod = tmp_path / "pod.yaml"
-    pod.write_text(POD.format(image=IMAGE_REF))
+    pod = pciwatch_pod(tmp_path / "pod.yaml", ["--resource", "hilconform.io/nvme", "--ids", "1b36:0010"],
+                       host_paths=("/var/lib/kubelet/device-plugins", "/sys"))
     junit = tmp_path / "junit.xml"
     done = run_suites(stand_in, "suites/deviceplugin/test_dp02_inventory.py",
                       "suites/deviceplugin/test_dp08_kubelet_restart.py", "--allow-destructive",
@@ -231,26 +232,6 @@ def test_a_plugin_image_runs_under_the_hosts_own_oci_runtime_and_nothing_stays(s
     assert done.returncode == 0, outcome(done)
     assert junit_counts(junit) == {"tests": 2, "failures": 0, "errors": 0, "skipped": 0}, outcome(done)
     assert _stand_in_leftovers(stand_in) == before
-
-
-IMAGE_REF = "example.com/pciwatch:1.0"
-POD = """\
-apiVersion: v1
-kind: Pod
-metadata: {{name: pciwatch}}
-spec:
-  containers:
-  - name: pciwatch
-    image: {image}
-    args: ["--resource", "hilconform.io/nvme", "--ids", "1b36:0010"]
-    securityContext: {{privileged: true}}
-    volumeMounts:
-    - {{name: device-plugins, mountPath: /var/lib/kubelet/device-plugins}}
-    - {{name: sys, mountPath: /sys}}
-  volumes:
-  - {{name: device-plugins, hostPath: {{path: /var/lib/kubelet/device-plugins}}}}
-  - {{name: sys, hostPath: {{path: /sys}}}}
-"""
 
 
 def test_a_64_mib_plugin_is_streamed_to_a_real_host_over_ssh(stand_in, tmp_path):
