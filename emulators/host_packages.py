@@ -11,13 +11,17 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+try:
+    from .toml_file import check_entry, read_toml
+except ImportError:  # run as a script (make setup): emulators/ itself is on sys.path
+    from toml_file import check_entry, read_toml
+
 DATA = Path(__file__).resolve().with_name("host-packages.toml")
 GROUPS = ("run", "test")
-KEYS = {"tool", "for"}
+KEYS = {"tool": str, "for": str}
 
 
 class HostPackagesError(ValueError):
@@ -38,15 +42,14 @@ class HostPackage:
 
 def read_packages(path: Path = DATA) -> list[HostPackage]:
     """Every package, strictly: an unknown group or key is an error."""
-    data = tomllib.loads(path.read_text())
+    data = read_toml(path, HostPackagesError, "the host packages")
     unknown = set(data) - set(GROUPS)
     if unknown:
         raise HostPackagesError(f"{path}: unknown group(s) {', '.join(sorted(unknown))} (known: {GROUPS})")
     packages = []
     for group in GROUPS:
         for name, entry in data.get(group, {}).items():
-            if not isinstance(entry, dict) or set(entry) != KEYS:
-                raise HostPackagesError(f"{path}: [{group}.{name}] must have exactly {sorted(KEYS)}")
+            check_entry(f"{group}.{name}", entry, KEYS, tuple(KEYS), str(path), HostPackagesError)
             packages.append(HostPackage(name, group, entry["tool"], entry["for"]))
     return packages
 
