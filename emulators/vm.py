@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import shlex
 import socket
 import subprocess
@@ -18,7 +19,7 @@ import time
 import weakref
 from pathlib import Path
 
-from . import guest_clock, instance_dir, vm_snapshot
+from . import guest_clock, instance_dir, thread_wait, vm_snapshot
 from .errors import InfrastructureError, QemuDied, QmpError
 from .guest_agent import GuestAgent
 from .image import GuestImage
@@ -364,6 +365,26 @@ class EmulatedVM:
     def pids(self) -> list[int]:
         pids = [self.qemu.pid] if self.qemu else []
         return pids + [b.process.pid for b in self.queues.values() if b.process]
+
+    def node_threads(self) -> list[tuple[int, int]]:
+        """(pid, tid) of the host threads this guest runs on: QEMU's virtual CPUs and its vfio-user
+        I/O thread, the device models' server threads (in this process) and every thread of the
+        NBD queue backends; what the guest waits for when they wait for a CPU
+        (emulators/thread_wait.py). QEMU's main loop is left out: it serves QMP and the
+        channels beside the guest, not the guest's own work."""
+        threads = []
+        if self.qemu is not None:
+            threads += thread_wait.process_threads(self.qemu.pid, _runs_the_guest)
+        threads += [(os.getpid(), tid) for tid in self.models.thread_ids()]
+        for backend in self.queues.values():
+            if backend.process is not None:
+                threads += thread_wait.process_threads(backend.process.pid)
+        return threads
+
+
+def _runs_the_guest(thread_name: str) -> bool:
+    """QEMU's threads that run guest code or answer the device models for it (QEMU names them)."""
+    return thread_name.startswith("CPU ") or thread_name == "IO vfio-user"
 
 
 def runtime_module_file(module: str) -> tuple[bytes, int]:

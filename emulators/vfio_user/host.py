@@ -49,6 +49,10 @@ class ModelHost:
         self.supervisor.watch(device.instance, server)
         return server
 
+    def thread_ids(self) -> list[int]:
+        """The native thread IDs of the servers' threads that answer QEMU."""
+        return [tid for server in self.servers.values() if (tid := server.thread_id()) is not None]
+
     def saved_states(self) -> dict[str, dict]:
         """Each served slot's card state (ModelDevice.saved_state), for a saved VM."""
         return {slot: server.device.saved_state() for slot, server in self.servers.items()}

@@ -84,6 +84,11 @@ class ModelServer:
         self.state = "stopped"
         self.device.close()
 
+    def thread_id(self) -> int | None:
+        """The native ID of the thread that answers QEMU; None before it starts or after it ends."""
+        thread = self._thread
+        return thread.native_id if thread is not None and thread.is_alive() else None
+
     # -- faults -------------------------------------------------------------------------------------
     def die(self) -> None:
         """The server is gone at once (as if its process was killed); the socket file stays."""

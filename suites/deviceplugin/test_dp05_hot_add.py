@@ -27,7 +27,7 @@ from dp_support import (
 )
 
 from hilconform.fixtures.floor_judgement import judge_less_stalls
-from hilconform.fixtures.stall_witness import GuestStallWitness, stalled_ms
+from hilconform.fixtures.stall_witness import stalled_ms
 from hilconform.fixtures.uevent_witness import GuestUeventWitness
 
 pytestmark = [pytest.mark.clause("DP-05"), pytest.mark.destructive, pytest.mark.needs("kubelet-stand-in")]
@@ -47,7 +47,7 @@ def test_a_device_added_to_an_empty_slot_is_advertised(host_factory, measurement
         for slot in empty:
             mark = kubelet.last_seq()
             lists = {r.name: advertised(latest_list(kubelet, r.name)) for r in plugin.resources}
-            stall_witness = GuestStallWitness(host)
+            stall_witness = host.stall_witness()
             witness = GuestUeventWitness(host)
             try:
                 added = host.hot_add(slot.name)

@@ -8,10 +8,10 @@ Judged over the test bed's floor (fixtures/floor_judgement.py): an independent
 each add; the runtime's share runs from it to the `discovered` event's `ts_ns` (both the guest's
 clock), the floor (QEMU's and the kernel's hot-plug: ~135 ms of pciehp's wait on native) is the
 rest. A profile with `hot_add_discovery_over_floor_p95_ms` judges the share's p95, each share
-less the node's stalls inside it (`GuestStallWitness`: a loaded runner stops the guest's CPU
-while the runtime reads the event; at load 9, 2026-12-04, a native add's share of 1.05 s failed a
-correct runtime), inconclusive when the floor's p95 is over `hot_add_floor_limit_p95_ms`; one with only
-`hot_add_discovery_p95_ms` judges the whole figure.
+less the test bed's stalls inside it (`host.stall_witness()`: a loaded runner keeps the guest and its
+device models off the CPUs while the runtime reads the event and the device), inconclusive when
+the floor's p95 is over `hot_add_floor_limit_p95_ms`; one with only `hot_add_discovery_p95_ms`
+judges the whole figure.
 
 Each add goes into the same empty slot; between adds the device is removed and the
 runtime's `removed` event awaited, so every add is a first sighting at that BDF.
@@ -42,7 +42,7 @@ from discovery_support import (
 
 from hilconform.fixtures.errors import InfrastructureError
 from hilconform.fixtures.floor_judgement import FloorBudgets, judge_over_floor
-from hilconform.fixtures.stall_witness import GuestStallWitness, stalled_ms
+from hilconform.fixtures.stall_witness import stalled_ms
 
 pytestmark = [pytest.mark.clause("DISC-02"), pytest.mark.destructive]
 
@@ -59,7 +59,7 @@ def _hot_add_latencies_ms(host, count: int) -> tuple[list[float], list[float], l
     runtime = host.runtime
     wait_boot_self_checks(runtime)
     latencies, emitted_ms, bdfs = [], [], set()
-    stall_witness = GuestStallWitness(host)  # the node's stalls inside each share (floor_judgement.py)
+    stall_witness = host.stall_witness()  # the node's stalls inside each share (floor_judgement.py)
     try:
         witness = GuestUeventWitness(host)
         try:

@@ -39,7 +39,7 @@ from discovery_support import (
 
 from hilconform.fixtures.floor_judgement import FloorBudgets, judge_over_floor
 from hilconform.fixtures.node_clock import node_monotonic_ns_of_process_start
-from hilconform.fixtures.stall_witness import GuestStallWitness, stalled_ms
+from hilconform.fixtures.stall_witness import stalled_ms
 
 pytestmark = [pytest.mark.clause("DISC-03"), pytest.mark.slow]
 
@@ -54,7 +54,7 @@ def test_cold_discovery_after_runtime_start(host, measurements):
     host.settled_inventory()
     from_process_start, runtime_reported, floors = [], [], []
     starts, floor_starts = [], []  # (start, end) on the node's clock, for the stalls inside each
-    witness = GuestStallWitness(host)  # started first: the node's stalls during every start and floor
+    witness = host.stall_witness()  # started first: the node's stalls during every start and floor
     try:
         for _ in range(RESTARTS):
             old_pid = host.runtime_pid()

@@ -55,7 +55,7 @@ from discovery_support import (
 
 from hilconform.fixtures.errors import InfrastructureError
 from hilconform.fixtures.floor_judgement import FloorBudgets, judge_over_floor
-from hilconform.fixtures.stall_witness import GuestStallWitness, stalled_ms
+from hilconform.fixtures.stall_witness import stalled_ms
 
 pytestmark = [pytest.mark.clause("DISC-04"), pytest.mark.destructive, pytest.mark.slow]
 
@@ -123,7 +123,7 @@ def test_a_storm_into_every_empty_slot_is_one_batch_each_discovered_in_time(host
     wait_boot_self_checks(runtime)
     counts: list[int] = []
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        stall_witness = GuestStallWitness(host)  # the node's stalls inside each share (floor_judgement.py)
+        stall_witness = host.stall_witness()  # the node's stalls inside each share (floor_judgement.py)
         witness = GuestUeventWitness(host)
         mark = runtime.mark()
         try:

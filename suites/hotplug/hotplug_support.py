@@ -17,7 +17,7 @@ from hilconform.fixtures.host_protocol import budget  # noqa: F401 (the HP tests
 from hilconform.fixtures.runtime_client import RuntimeCallError
 from hilconform.fixtures.runtime_waits import REMOVED_TIMEOUT_S, wait_self_check_end  # noqa: F401 (HP tests)
 from hilconform.fixtures.runtime_waits import subscribe_live as subscribe  # noqa: F401 (for the HP tests)
-from hilconform.fixtures.stall_witness import GuestStallWitness, stalled_ms  # noqa: F401 (HP-02/03 import them)
+from hilconform.fixtures.stall_witness import stalled_ms  # noqa: F401 (HP-02/03 import it)
 from hilconform.fixtures.udev_settle import wait_udev_settled
 
 HOT_ADD_END_TIMEOUT_S = 30.0  # device_add -> self-check end: ~0.5-2 s on TCG, steps retry up to 3 s each

@@ -50,7 +50,6 @@ import pytest
 from hotplug_support import (
     REMOVE_CALL_TIMEOUT_S,
     REMOVED_TIMEOUT_S,
-    GuestStallWitness,
     budget,
     describe_steps,
     events_for,
@@ -108,7 +107,7 @@ def test_healthy_queue_drains_without_reset(host_factory, measurements, precondi
     runtime = host.runtime
     host.settled_inventory()
     drain_ms, removals = [], []
-    witness = GuestStallWitness(host)  # started first: it times the node's stalls during the drains
+    witness = host.stall_witness()  # started first: it times the node's stalls during the drains
     try:
         for slot in slots:
             bdf = host.target_bdf(slot.name)

@@ -37,7 +37,6 @@ import pytest
 from hotplug_support import (
     REMOVE_CALL_TIMEOUT_S,
     REMOVED_TIMEOUT_S,
-    GuestStallWitness,
     budget,
     describe_steps,
     events_for,
@@ -69,7 +68,7 @@ def test_stuck_queue_drain_times_out_and_resets(host_factory, measurements, prec
     host.settled_inventory()
     bdf = host.target_bdf(slot.name)
 
-    witness = GuestStallWitness(host)  # before the stall: it times the node's stalls in the drain
+    witness = host.stall_witness()  # before the stall: it times the node's stalls in the drain
     try:
         # stall_queue issues one direct read itself and verifies it is stuck
         stall = host.faults.stall_queue(slot.name)

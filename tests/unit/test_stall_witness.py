@@ -9,7 +9,7 @@ import time
 import pytest
 
 from hilconform.fixtures.errors import InfrastructureError
-from hilconform.fixtures.stall_witness import _PROGRAM, GuestStallWitness, Stall, stalled_ms
+from hilconform.fixtures.stall_witness import _PROGRAM, GuestStallWitness, NodeStalls, Stall, stalled_ms
 
 
 class _Node:
@@ -38,10 +38,11 @@ def _node(log):
 
 
 def test_stalls_are_counted_only_where_they_overlap_the_interval():
-    stalls = [Stall(0, 100_000_000), Stall(250_000_000, 400_000_000), Stall(900_000_000, 950_000_000)]
+    stalls = NodeStalls([Stall(0, 100_000_000), Stall(250_000_000, 400_000_000),
+                         Stall(900_000_000, 950_000_000)])
     assert stalled_ms(stalls, 50_000_000, 300_000_000) == pytest.approx(50 + 50)
     assert stalled_ms(stalls, 400_000_000, 900_000_000) == 0
-    assert stalled_ms([], 0, 10**9) == 0
+    assert stalled_ms(NodeStalls(), 0, 10**9) == 0
 
 
 def test_the_witness_reads_its_stalls_from_the_log_and_runs_at_raised_priority():
