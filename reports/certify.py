@@ -22,6 +22,8 @@ from pathlib import Path
 
 from hilconform.fixtures.errors import ProfileError
 from hilconform.fixtures.host_spec import HostSpecError, parse_host_spec, serves_device_models
+from hilconform.fixtures.labgrid_lab import LabError, coordinator_address
+from hilconform.fixtures.labgrid_lock import PlaceLock
 
 from . import allure_files, certificate, html_report
 from .run_folder import RunFolder
@@ -65,6 +67,7 @@ class CertifyOptions:
     self_check: bool = False
     max_minutes: float = 180.0
     pytest_args: list[str] = field(default_factory=list)
+    lg_coordinator: str | None = None  # --host labgrid:PLACE: the coordinator (else $LG_COORDINATOR)
 
 
 def available_suites() -> list[str]:
@@ -394,6 +397,35 @@ def finish(run: RunFolder, sensitivity: dict | None = None) -> dict:
 
 
 def certify(options: CertifyOptions, out=sys.stdout) -> int:
+    """Certify `options.host`; a labgrid place is held from before the host check to the verdict
+    (fixtures/labgrid_lock.py: the pytest runs inside find it held by this identity and use it)."""
+    if options.lg_coordinator:
+        os.environ["LG_COORDINATOR"] = options.lg_coordinator  # for this run and the pytest runs it starts
+    place = _labgrid_place(options.host)
+    if place is None:
+        return _certify(options, out)
+    lock = PlaceLock(coordinator_address(options.lg_coordinator), place)
+    try:
+        lock.take()
+    except LabError as exc:
+        raise CertifyError(f"--host {options.host}: {exc}") from None
+    print(f"hilconform: holding labgrid place {place} ({lock.target.spec}"
+          f"{', profile ' + lock.profile if lock.profile else ''}) for this run", file=out, flush=True)
+    try:
+        return _certify(options, out)
+    finally:
+        lock.release()
+        print(f"hilconform: labgrid place {place} given back" if not lock.took else "", file=out, flush=True)
+
+
+def _labgrid_place(host: str) -> str | None:
+    try:
+        return parse_host_spec(host).place
+    except HostSpecError:
+        return None  # the collect step reports it as bad input
+
+
+def _certify(options: CertifyOptions, out) -> int:
     paths = _suite_paths(options)
     if options.self_check and not MUTANT_CATALOGUE.is_file():
         raise CertifyError(
