@@ -242,7 +242,7 @@ def build(run: RunFolder, sensitivity: dict | None = None) -> dict:
     held = _preconditions(run.preconditions())
     statements = clause_statements()
     clauses = []
-    for clause_id in sorted(by_clause, key=_clause_order):
+    for clause_id in sorted(by_clause, key=clause_order):
         results = by_clause[clause_id]
         clauses.append(
             {
@@ -330,7 +330,8 @@ def build(run: RunFolder, sensitivity: dict | None = None) -> dict:
     return certificate
 
 
-def _clause_order(clause_id: str) -> tuple:
+def clause_order(clause_id: str) -> tuple:
+    """Sort key of a clause ID in spec order (areas as docs/spec.md lists them, then the number)."""
     areas = ["DISC", "LIFE", "HP", "AER", "RST", "DP", "REAL"]  # docs/spec.md order
     area, _, number = clause_id.partition("-")
     return (areas.index(area) if area in areas else len(areas), area, number)

@@ -1,4 +1,5 @@
-"""The `hilconform` command: `certify` a host, and `report` on run folders (diff, allure, rebuild).
+"""The `hilconform` command: `certify` a host, `report` on run folders (diff, allure, rebuild), and
+`lab report` on nights of lab runs (the fleet report).
 
 Exit codes (also in `hilconform --help`):
   0  conformant (or partial: some clauses not checked because the host lacks a capability)
@@ -25,6 +26,8 @@ from .certify import (
     finish,
 )
 from .diff import IncomparableRuns, diff_runs
+from .fleet import BadFleet, write_fleet_report
+from .lab_night import BadNight
 from .run_folder import NotARunFolder, RunFolder
 
 EXIT_CODES = """exit codes:
@@ -132,7 +135,29 @@ def _parser() -> argparse.ArgumentParser:
         "rebuild", help="rebuild certificate.json and report.html from the run's files"
     )
     rebuild.add_argument("run", type=Path, metavar="RUN")
+
+    lab = commands.add_parser("lab", help="nightly lab runs: report on a night and the nights before it")
+    lab_commands = lab.add_subparsers(dest="lab_action", required=True, metavar="ACTION")
+    # each lab action names its handler (args -> exit code): a new action is one parser and one function
+    lab_report = lab_commands.add_parser(
+        "report",
+        help="write fleet.json and fleet.html (hosts x clauses, nights side by side, trends)",
+        description="Read NIGHT_DIR/lab-run.json and the run folders it names (and those of the previous "
+        "nights given) and write fleet.json and fleet.html into NIGHT_DIR (docs/fleet-report.md). "
+        "Exit 0 written, 2 a missing or malformed night.",
+    )
+    lab_report.add_argument("night_dir", type=Path, metavar="NIGHT_DIR")
+    lab_report.add_argument("previous", type=Path, nargs="*", metavar="PREVIOUS_NIGHT_DIR")
+    lab_report.add_argument("--out", type=Path, metavar="DIR", help="write here instead of NIGHT_DIR")
+    lab_report.set_defaults(lab_handler=_lab_report)
     return parser
+
+
+def _lab_report(args) -> int:
+    json_path, html_path = write_fleet_report(args.night_dir, args.previous, args.out)
+    print(json_path)
+    print(html_path)
+    return 0
 
 
 def _report(args) -> int:
@@ -181,8 +206,10 @@ def main(argv: list[str] | None = None) -> int:
             check = ["--check"] if args.command == "doctor" or args.check else []
             setup = [sys.executable, "-m", "hilconform.emulators.tool_setup", *check]
             return subprocess.run(setup).returncode
+        if args.command == "lab":
+            return args.lab_handler(args)
         return _report(args)
-    except (CertifyError, NotARunFolder, IncomparableRuns, CertificateInvalid) as exc:
+    except (CertifyError, NotARunFolder, IncomparableRuns, CertificateInvalid, BadNight, BadFleet) as exc:
         print(f"hilconform: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,4 +1,5 @@
-"""Inline SVG drawings for report.html: a figure's distribution and a per-device lifecycle timeline.
+"""Inline SVG drawings for report.html (a figure's distribution, a per-device lifecycle timeline) and
+fleet.html (a key figure's trend over nights, one line per host).
 
 Plain SVG text, drawn here, so the report opens offline with no library.
 """
@@ -116,6 +117,82 @@ def timeline(
     for tick in _ticks(0.0, end_s or 1.0, 8):
         parts.append(
             f'<text x="{x(tick):.1f}" y="{axis_y + 12}" font-size="10" text-anchor="middle">{tick:g} s</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+# Line colours of a trend's series, in turn (colour-blind-safe, Okabe-Ito).
+SERIES_COLOURS = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#f0e442"]
+
+
+def trend(
+    series: list[tuple[str, list[float | None]]],
+    x_labels: list[str],
+    unit: str,
+    width: int = 560,
+    plot_height: int = 100,
+) -> str:
+    """One line per series over the x positions (nights, oldest left): (label, [value or None per x]).
+
+    A None is a night without the figure: the line breaks there rather than bridging it, so a
+    gap is visible. Every point carries a tooltip with its value; the legend names each line.
+    """
+    left, right, top, plot_h = 56, 12, 10, plot_height
+    height = top + plot_h + 26 + 12 * math.ceil(len(series) / 2)
+    values = [v for _label, points in series for v in points if v is not None]
+    lo = min([*values, 0.0])
+    hi = max([*values, 0.0])
+    hi = hi + (hi - lo) * 0.1 or 1.0
+    y = _scale(lo, hi, top + plot_h, top)
+    count = max(len(x_labels), 1)
+    step = (width - left - right) / count
+    x = [left + step * (i + 0.5) for i in range(count)]
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="trend" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="trend in {escape(unit)}">',
+        f'<line x1="{left}" x2="{left}" y1="{top}" y2="{top + plot_h}" stroke="#777"/>',
+        f'<line x1="{left}" x2="{width - right}" y1="{top + plot_h}" y2="{top + plot_h}" stroke="#777"/>',
+    ]
+    for tick in _ticks(lo, hi, 4):
+        parts.append(
+            f'<line x1="{left - 4}" x2="{width - right}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" '
+            f'stroke="#eee"/><text x="{left - 6}" y="{y(tick) + 3:.1f}" font-size="10" '
+            f'text-anchor="end">{tick:g}</text>'
+        )
+    parts.append(f'<text x="4" y="{top + plot_h + 14}" font-size="10">{escape(unit)}</text>')
+    every = math.ceil(count / 8)  # at most about 8 night labels, the newest always
+    for i, label in enumerate(x_labels):
+        if i % every and i != count - 1:
+            continue
+        parts.append(
+            f'<text x="{x[i]:.1f}" y="{top + plot_h + 14}" font-size="10" text-anchor="middle">'
+            f"{escape(label)}</text>"
+        )
+    for n, (label, points) in enumerate(series):
+        colour = SERIES_COLOURS[n % len(SERIES_COLOURS)]
+        run: list[str] = []
+        for i, value in enumerate([*points, None]):
+            if value is not None and i < count:
+                run.append(f"{x[i]:.1f},{y(value):.1f}")
+                continue
+            if len(run) > 1:
+                parts.append(
+                    f'<polyline points="{" ".join(run)}" fill="none" stroke="{colour}" stroke-width="2"/>'
+                )
+            run = []
+        for i, value in enumerate(points[:count]):
+            if value is None:
+                continue
+            parts.append(
+                f'<circle cx="{x[i]:.1f}" cy="{y(value):.1f}" r="3.5" fill="{colour}"><title>'
+                f"{escape(label)}, {escape(x_labels[i])}: {value:g} {escape(unit)}</title></circle>"
+            )
+        legend_y = top + plot_h + 32 + 12 * (n // 2)
+        legend_x = left + (n % 2) * (width - left) / 2
+        parts.append(
+            f'<rect x="{legend_x:.1f}" y="{legend_y - 8}" width="10" height="10" fill="{colour}"/>'
+            f'<text x="{legend_x + 14:.1f}" y="{legend_y + 1}" font-size="10">{escape(label)}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
