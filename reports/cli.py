@@ -12,8 +12,11 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import time
 import traceback
 from pathlib import Path
+
+from hilconform.fixtures.labgrid_lab import coordinator_address
 
 from . import allure_files
 from .certificate import CertificateInvalid
@@ -28,6 +31,7 @@ from .certify import (
 from .diff import IncomparableRuns, diff_runs
 from .fleet import BadFleet, write_fleet_report
 from .lab_night import BadNight
+from .lab_run import LabRunError, LabRunOptions, lab_run, parse_tags
 from .run_folder import NotARunFolder, RunFolder
 
 EXIT_CODES = """exit codes:
@@ -58,7 +62,11 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument("--host", required=True, metavar="KIND:NAME", help="host to certify, e.g. emulated:a100")
+    run.add_argument("--host", required=True, metavar="KIND:NAME",
+                     help="host to certify, e.g. emulated:a100, real:ssh://root@gpu1, labgrid:PLACE")
+    run.add_argument("--lg-coordinator", metavar="HOST[:PORT]",
+                     help="labgrid coordinator of a labgrid:PLACE host (default $LG_COORDINATOR, else "
+                     "127.0.0.1:20408); the place is held for the run and given back (docs/lab.md)")
     run.add_argument(
         "--suite",
         action="append",
@@ -150,10 +158,48 @@ def _parser() -> argparse.ArgumentParser:
     lab_report.add_argument("previous", type=Path, nargs="*", metavar="PREVIOUS_NIGHT_DIR")
     lab_report.add_argument("--out", type=Path, metavar="DIR", help="write here instead of NIGHT_DIR")
     lab_report.set_defaults(lab_handler=_lab_report)
+    lab_run = lab_commands.add_parser(
+        "run",
+        help="certify every labgrid place with the given tags, each under its lock; write the night",
+        description="For every labgrid place whose tags include TAG=VALUE...: skip it when another user "
+        "holds it (the holder named), reserve it (within --reserve-timeout), lock it, run `hilconform "
+        "certify --host labgrid:PLACE --out NIGHT_DIR/PLACE`, release it; up to --max-parallel at a "
+        "time. Writes NIGHT_DIR/lab-run.json, fleet.json and fleet.html (docs/lab.md). Arguments after "
+        "`--` go to each certify's pytest, e.g. `-- --ssh-config FILE`. Exit: the worst host's status.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    lab_run.add_argument("tags", nargs="+", metavar="TAG=VALUE", help="place tags to match, e.g. gpu=a100")
+    lab_run.add_argument("--lg-coordinator", metavar="HOST[:PORT]",
+                         help="labgrid coordinator (default $LG_COORDINATOR, else 127.0.0.1:20408)")
+    lab_run.add_argument("--out", type=Path, metavar="NIGHT_DIR",
+                         help="the night's folder (default lab-nights/<UTC date and time> here)")
+    lab_run.add_argument("--max-parallel", type=int, default=1, metavar="N",
+                         help="hosts certified at the same time (default 1)")
+    lab_run.add_argument("--reserve-timeout", type=float, default=300.0, metavar="S",
+                         help="how long a place's reservation may wait to be allocated (default 300 s)")
+    lab_run.add_argument("--suite", action="append", default=[], metavar="AREA",
+                         help="passed to each certify (repeatable)")
+    lab_run.add_argument("--clause", action="append", default=[], metavar="ID",
+                         help="passed to each certify (repeatable)")
+    lab_run.add_argument("--previous", action="append", type=Path, default=[], metavar="NIGHT_DIR",
+                         help="an earlier night for the fleet report's comparison (repeatable)")
+    lab_run.set_defaults(lab_handler=_lab_run)
     return parser
 
 
-def _lab_report(args) -> int:
+def _lab_run(args, pytest_args: list[str]) -> int:
+    if args.max_parallel < 1:
+        raise LabRunError(f"--max-parallel {args.max_parallel}: at least 1")
+    out = args.out or Path("lab-nights") / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    options = LabRunOptions(tags=parse_tags(args.tags), coordinator=coordinator_address(args.lg_coordinator),
+                            out=out.resolve(), max_parallel=args.max_parallel,
+                            reserve_timeout_s=args.reserve_timeout, suites=args.suite,
+                            clauses=args.clause, pytest_args=pytest_args, previous=args.previous)
+    return lab_run(options)
+
+
+def _lab_report(args, _pytest_args: list[str]) -> int:
     json_path, html_path = write_fleet_report(args.night_dir, args.previous, args.out)
     print(json_path)
     print(html_path)
@@ -200,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                 self_check=args.self_check,
                 max_minutes=args.max_minutes,
                 pytest_args=pytest_args,
+                lg_coordinator=args.lg_coordinator,
             )
             return certify(options)
         if args.command in ("setup", "doctor"):  # emulators' code, run as a process (reports/ imports none)
@@ -207,9 +254,10 @@ def main(argv: list[str] | None = None) -> int:
             setup = [sys.executable, "-m", "hilconform.emulators.tool_setup", *check]
             return subprocess.run(setup).returncode
         if args.command == "lab":
-            return args.lab_handler(args)
+            return args.lab_handler(args, pytest_args)
         return _report(args)
-    except (CertifyError, NotARunFolder, IncomparableRuns, CertificateInvalid, BadNight, BadFleet) as exc:
+    except (CertifyError, NotARunFolder, IncomparableRuns, CertificateInvalid, BadNight, BadFleet,
+            LabRunError) as exc:
         print(f"hilconform: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -50,6 +50,7 @@ class LabRunOptions:
     max_parallel: int = 1
     reserve_timeout_s: float = 300.0
     suites: list[str] = field(default_factory=list)
+    clauses: list[str] = field(default_factory=list)
     pytest_args: list[str] = field(default_factory=list)
     previous: list[Path] = field(default_factory=list)  # earlier nights, for the fleet report
 
@@ -141,6 +142,8 @@ class LabRun:
 
         def record(status: str, reason: str = "", run_dir: str | None = None, verdict: str | None = None,
                    exit_code: int | None = None) -> NightHost:
+            if status != "certified" and not reason:
+                reason = "no reason given"  # the night's record names one for every such host
             said = f"{status}{' ' + verdict if verdict else ''}{': ' + reason if reason else ''}"
             self.console.say(place, said)
             return NightHost(place=place, status=status, reason=reason, run_dir=run_dir, verdict=verdict,
@@ -169,7 +172,7 @@ class LabRun:
         except PlaceHeld as exc:
             return record("held", f"held by {exc.holder}")
         except LabError as exc:
-            return record("error", str(exc))
+            return record("error", str(exc) or type(exc).__name__)
 
     def _certify_locked(self, place: str, lab: Lab, record) -> NightHost:
         lock = PlaceLock(self.options.coordinator, place)
@@ -207,6 +210,8 @@ class LabRun:
                 "--lg-coordinator", self.options.coordinator, "--out", str(folder)]
         for suite in self.options.suites:
             argv += ["--suite", suite]
+        for clause in self.options.clauses:
+            argv += ["--clause", clause]
         if self.options.pytest_args:
             argv += ["--", *self.options.pytest_args]
         with (folder / "certify.log").open("w") as log:
