@@ -11,6 +11,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -98,7 +99,21 @@ def test_a_night_certifies_both_hosts_and_a_held_place_is_skipped_with_its_holde
     fleet = json.loads((second / "fleet.json").read_text())
     text = json.dumps(fleet)
     assert "lab-a" in text and "lab-b" in text and "held" in text
-    assert (second / "fleet.html").is_file()
+    assert str(first.name) in text  # the previous night is side by side with this one
+    dom = _rendered(second / "fleet.html", tmp_path)
+    assert "lab-a" in dom and "lab-b" in dom and "held by" in dom and "<svg" in dom
+
+
+def _rendered(page: Path, tmp_path: Path) -> str:
+    """The page's DOM as a real headless browser built it (Debian's chromium)."""
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("Debian's chromium is not installed (make setup installs it)")
+    done = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                           f"--user-data-dir={tmp_path / 'chromium'}", "--virtual-time-budget=5000",
+                           "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
 
 
 def test_a_run_killed_outright_leaves_no_lock_of_its_own(lab, tmp_path):
