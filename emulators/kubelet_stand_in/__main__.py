@@ -13,6 +13,7 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 
@@ -64,6 +65,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _answers(path: str) -> bool:
+    """Whether a live server accepts connections on the unix socket `path`."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(2.0)
+    try:
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(
@@ -71,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="kubelet-stand-in: %(message)s",
     )
+    if args.control.startswith("unix:") and _answers(args.control[len("unix:"):]):
+        # A second start (the node's own and a harness's) must not take the first one's kubelet.sock,
+        # journal or control socket: it leaves them as they are.
+        print(f"kubelet-stand-in: another stand-in already answers on {args.control}: not started",
+              file=sys.stderr)
+        return 2
     try:
         records = RecordStore(per_stream=args.records_per_stream, max_bytes=args.records_max_bytes,
                               journal=args.journal, journal_max_bytes=args.records_max_bytes)

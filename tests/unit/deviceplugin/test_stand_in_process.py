@@ -178,3 +178,30 @@ def test_a_plugin_dir_that_cannot_be_made_exits_2(tmp_path):
         stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 2 and "cannot start" in done.stderr
+
+
+def test_a_second_stand_in_leaves_the_running_ones_sockets_and_journal_alone(tmp_path):
+    """The node's own start and a harness's may meet: the second must not take kubelet.sock, the
+    journal or the control socket from the first (the first keeps serving them)."""
+    folder = tempfile.mkdtemp(prefix="hilc-si-", dir="/tmp")  # a unix socket path must stay short
+    plugin_dir, control_path = os.path.join(folder, "plugins"), os.path.join(folder, "c.sock")
+    journal = tmp_path / "records.jsonl"
+    argv = [sys.executable, "-m", "hilconform.emulators.kubelet_stand_in", "--plugin-dir", plugin_dir,
+            "--control", f"unix:{control_path}", "--journal", str(journal)]
+    first = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert json.loads(first.stdout.readline())["event"] == "ready"
+        kubelet_sock = os.stat(os.path.join(plugin_dir, "kubelet.sock")).st_ino
+        journal_inode = journal.stat().st_ino
+        second = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert second.returncode == 2 and "already answers" in second.stderr, second.stderr
+        assert os.stat(os.path.join(plugin_dir, "kubelet.sock")).st_ino == kubelet_sock
+        assert journal.stat().st_ino == journal_inode and first.poll() is None
+        asked = subprocess.run([sys.executable, "-m", "hilconform.emulators.kubelet_stand_in.ask",
+                                control_path, json.dumps(control.request(1, "state", {}))],
+                               capture_output=True, text=True, timeout=30)
+        assert asked.returncode == 0 and "result" in json.loads(asked.stdout), asked.stdout + asked.stderr
+    finally:
+        first.terminate()
+        first.wait(10)
+        shutil.rmtree(folder, ignore_errors=True)
