@@ -414,8 +414,9 @@ def certify(options: CertifyOptions, out=sys.stdout) -> int:
     try:
         return _certify(options, out)
     finally:
-        lock.release()
-        print(f"hilconform: labgrid place {place} given back" if not lock.took else "", file=out, flush=True)
+        if lock.took:
+            lock.release()
+            print(f"hilconform: labgrid place {place} given back", file=out, flush=True)
 
 
 def _labgrid_place(host: str) -> str | None:
