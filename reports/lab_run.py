@@ -138,7 +138,16 @@ class LabRun:
 
     # -- one host ----------------------------------------------------------------------------------
     def one_host(self, place: str) -> NightHost:
+        """`place`'s night; whatever goes wrong with it is recorded as its own, never the others'."""
         started = _now()
+        try:
+            return self._one_host(place, started)
+        except Exception as exc:  # noqa: BLE001 (a bug or an unforeseen lab state: this host's error)
+            self.console.say(place, f"error: {type(exc).__name__}: {exc}")
+            return NightHost(place=place, status="error", reason=f"{type(exc).__name__}: {exc}"[:500],
+                             run_dir=None, verdict=None, exit_code=None, started=started, ended=_now())
+
+    def _one_host(self, place: str, started: str) -> NightHost:
 
         def record(status: str, reason: str = "", run_dir: str | None = None, verdict: str | None = None,
                    exit_code: int | None = None) -> NightHost:
@@ -224,12 +233,7 @@ class LabRun:
                 if gone is None and self.stopping.is_set():
                     gone = "the lab run was stopped (Ctrl-C or SIGTERM)"
                 if gone is None:
-                    try:
-                        lab.network_service(place)
-                    except NoNetworkService:
-                        gone = f"the exporter of {place} went away mid-run (its NetworkService is gone)"
-                    except LabError as exc:
-                        gone = f"the labgrid coordinator went away mid-run: {exc}"
+                    gone = self._lost(place, lab)
                 if gone is not None and stopped_at is None:
                     self.console.say(place, f"{gone}: stopping its certify")
                     _signal_group(proc, signal.SIGINT)  # certify stops pytest and writes its certificate
@@ -241,7 +245,20 @@ class LabRun:
                 except subprocess.TimeoutExpired:
                     pass
             relay.join(timeout=10)
+        if gone is None and proc.returncode not in (0, 1):  # it may have ended on the loss by itself
+            gone = self._lost(place, lab)
         return proc.returncode, gone
+
+    @staticmethod
+    def _lost(place: str, lab: Lab) -> str | None:
+        """Why the lab no longer offers `place`'s host (its exporter or coordinator gone), or None."""
+        try:
+            lab.network_service(place)
+        except NoNetworkService:
+            return f"the exporter of {place} went away mid-run (its NetworkService is gone)"
+        except LabError as exc:
+            return f"the labgrid coordinator went away mid-run: {exc}"
+        return None
 
     def _relay(self, place: str, proc: subprocess.Popen, log) -> None:
         for line in proc.stdout:
