@@ -7,6 +7,10 @@ the test bed's slowness, not the system under test's. The kernel keeps that wait
 (/proc/PID/task/TID/schedstat, second field, ns). A sampler reads it every PERIOD_S and keeps the
 running sum over the threads, so that the wait inside any interval can be read afterwards.
 
+The kernel adds a wait to the count when the thread gets a CPU, so a wait is seen at its end: one
+that straddles an interval's start counts whole inside it, one that straddles its end not at all
+(each off by at most one wait, a few ms on a busy runner, rarely more).
+
 A thread that sleeps (blocked on I/O, a timer, a lock, a guest that halts its CPU) accrues
 nothing: a runtime that waits on its own gets no allowance, and one that computes is charged its
 own run time; only the time the host kept a ready thread off the CPUs counts. A program in the

@@ -40,27 +40,31 @@ def test_the_guest_clock_is_mapped_with_its_drift_and_the_wait_is_at_most_the_in
 
 
 def _on_cpu0(code: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", code], preexec_fn=lambda: os.sched_setaffinity(0, {0}))
+    return subprocess.Popen([sys.executable, "-c", code], preexec_fn=lambda: os.sched_setaffinity(0, {0}),
+                            stdout=subprocess.PIPE, text=True)
 
 
 def test_a_thread_that_shares_its_cpu_waits_and_one_that_sleeps_does_not():
-    """Three busy processes on one CPU: each waits about two thirds of the time; a sleeping one none."""
+    """Three busy processes on one CPU: each waits about two thirds of the time; a sleeping one none.
+    (Run beside other load at a lower priority, e.g. `nice -n 19` under CPU hogs, they may hardly
+    get the CPU at all, and their waits are counted only once they do.)"""
     busy = [_on_cpu0(BUSY) for _ in range(3)]
-    sleeper = _on_cpu0("import time; time.sleep(60)")
+    sleeper = _on_cpu0("import time; print('asleep', flush=True); time.sleep(60)")
     try:
-        time.sleep(0.2)
+        assert sleeper.stdout.readline().strip() == "asleep"  # its start-up's waits are behind it
         watched_busy = ThreadWaitSampler(lambda: process_threads(busy[0].pid)).start()
         watched_sleeper = ThreadWaitSampler(lambda: process_threads(sleeper.pid)).start()
         start = time.monotonic_ns()
-        time.sleep(1.0)
+        time.sleep(2.0)
         end = time.monotonic_ns()
         busy_waits, sleeper_waits = watched_busy.stop(), watched_sleeper.stop()
     finally:
         for process in busy + [sleeper]:
             process.kill()
             process.wait()
-    waited = busy_waits.waited_between(start, end) / 1e9
-    assert 0.3 < waited < 0.95, f"a busy process sharing one CPU with two others waited {waited:.2f} s of 1 s"
+    # The kernel counts a wait when the thread gets the CPU back: read up to the last sample.
+    waited = busy_waits.waited_between(start, busy_waits.at_ns[-1]) / 1e9
+    assert 0.4 < waited < 2.0, f"a busy process sharing one CPU with two others waited {waited:.2f} s of 2 s"
     assert sleeper_waits.waited_between(start, end) < 5e6
     assert len(busy_waits.at_ns) > 20  # sampled every few ms, not once
 
