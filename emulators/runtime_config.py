@@ -23,6 +23,13 @@ def _toml_value(value) -> str:
     return json.dumps(value)
 
 
+# How long the runtime's hot-add steps wait for the guest kernel (a driver binding, its interrupts
+# set up): a TCG guest's nvme driver took over 3 s, the runtime's default, on a loaded runner, and
+# the runtime then kept a healthy device out of its pool (a false DP-05 failure). HP-05's failing
+# steps fail at once (firmware, all-ones MMIO), so a longer wait costs the suites nothing.
+GUEST_HOT_ADD_STEP_TIMEOUT_MS = 15000
+
+
 def runtime_config_for(profile: HostProfile, overrides: dict | None = None) -> str:
     stand_ins = {profile.kind(s.device if s.populated else s.accepts) for s in profile.slots}
     firmware, expected = {}, {}
@@ -41,6 +48,7 @@ def runtime_config_for(profile: HostProfile, overrides: dict | None = None) -> s
         "identity_store": GUEST_IDENTITY_STORE,
         "drain_timeout_ms": int(profile.budgets.get("drain_timeout_ms", 300)),
         "lease_ttl_s": float(profile.budgets.get("lease_ttl_s", 30)),
+        "hot_add_step_timeout_ms": GUEST_HOT_ADD_STEP_TIMEOUT_MS,
     }
     top.update(overrides or {})
     lines = ["# Written by hilconform.emulators.runtime_config for profile "
