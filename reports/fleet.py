@@ -34,6 +34,7 @@ from . import fleet_html
 from .certificate import SCHEMA_VERSION as CERTIFICATE_SCHEMA_VERSION
 from .certificate import CertificateInvalid, clause_order, validate
 from .diff import diff_certificates
+from .json_file import read_json
 from .lab_night import BadNight, Night, NightHost, read_night
 
 SCHEMA_VERSION = 1
@@ -338,12 +339,7 @@ def check_fleet(fleet: dict, where: str) -> None:
 def read_fleet(path: Path) -> dict:
     """A fleet.json read back and checked strictly against its schema (an unknown key is an error)."""
     path = Path(path)
-    try:
-        fleet = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadFleet(f"{path}: unreadable ({exc})") from None
-    except json.JSONDecodeError as exc:
-        raise BadFleet(f"{path}: not valid JSON ({exc})") from None
+    fleet = read_json(path, BadFleet)
     check_fleet(fleet, str(path))
     return fleet
 

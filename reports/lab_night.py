@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from .json_file import read_json
 from .verdicts import EXIT_CODES, OVERALL_VERDICTS
 
 NIGHT_FILE = "lab-run.json"
@@ -219,12 +220,7 @@ def read_night(night_dir: Path) -> Night:
     path = night_dir / NIGHT_FILE
     if not path.is_file():
         raise BadNight(f"{night_dir}: no {NIGHT_FILE} (not a night written by `hilconform lab run`)")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadNight(f"{path}: unreadable ({exc})") from None
-    except json.JSONDecodeError as exc:
-        raise BadNight(f"{path}: not valid JSON ({exc})") from None
+    data = read_json(path, BadNight)
     return night_from_dict(data, str(path))
 
 
