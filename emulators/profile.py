@@ -9,15 +9,14 @@ Loading checks every key and names the file and the key when something is wrong.
 
 from __future__ import annotations
 
-import difflib
 import os
 import tomllib
 from dataclasses import dataclass, field
-from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .budgets import resolve_budgets
 from .errors import ProfileError
 from .toml_file import read_toml
 from .vfio_user.model import ModelError, load_model
@@ -253,39 +252,6 @@ _LINK_KEYS = {"speed", "width"}
 _STANDS_IN_FOR_KEYS = {"vendor", "device", "model"}
 
 
-_BUDGET_ENTRY_KEYS = {"unit", "meaning", "real_default"}
-
-
-@cache
-def known_budgets() -> dict[str, dict]:
-    """Budget name → {unit, meaning}: every budget a host profile may set (emulators/budgets.toml)."""
-    path = Path(__file__).with_name("budgets.toml")
-    table = read_toml(path, ProfileError, "budget list")
-    for name, entry in table["budgets"].items():
-        unknown = set(entry) - _BUDGET_ENTRY_KEYS
-        if unknown or not {"unit", "meaning"} <= set(entry):
-            raise ProfileError(f"{path}: budgets.{name} must have unit and meaning (and may have "
-                               f"real_default); unknown: {', '.join(sorted(unknown)) or 'none'}")
-    return table["budgets"]
-
-
-def real_host_budget_defaults() -> dict[str, float]:
-    """The budgets a real-host profile gets unless it sets them (budgets.toml's real_default)."""
-    return {name: float(entry["real_default"]) for name, entry in known_budgets().items()
-            if "real_default" in entry}
-
-
-def unknown_budget(names) -> tuple[str, str] | None:
-    """(key, problem) for the first budget name that no profile may set, or None when all are known."""
-    known = known_budgets()
-    name = next((n for n in sorted(names) if n not in known), None)
-    if name is None:
-        return None
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    return f"budgets.{name}", f"unknown budget ({hint}known: {', '.join(sorted(known))})"
-
-
 class _ProfileReader:
     """Reads one parsed TOML table, raising ProfileError with file and key."""
 
@@ -324,15 +290,10 @@ class _ProfileReader:
         slots_raw = self.get(self.table, "slots", list, "")
         self.only(host, "host", _HOST_KEYS)
         self.only(runtime, "runtime", _RUNTIME_KEYS)
-        misspelt = unknown_budget(budgets)
-        if misspelt:
-            raise self.fail(*misspelt)
         mode = self.get(host, "hotplug_mode", str, "host", "native")
         if mode not in HOTPLUG_MODES:
             raise self.fail("host.hotplug_mode", f"{mode!r} is not one of {HOTPLUG_MODES}")
-        budget_values = {}
-        for key in budgets:
-            budget_values[key] = self.get(budgets, key, float, "budgets")
+        budget_values = resolve_budgets(budgets, "emulated", self.fail)
         switches_raw = self.get(self.table, "switches", list, "", [])
         switches = tuple(self.read_switch(i, s) for i, s in enumerate(switches_raw))
         self.check_unique(switches, "switches")

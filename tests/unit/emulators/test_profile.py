@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from hilconform.emulators import budgets as budgets_module
+from hilconform.emulators.budgets import budget_sets
 from hilconform.emulators.errors import ProfileError
 from hilconform.emulators.profile import PROFILE_DIR, available_profiles, load_profile
 
@@ -54,12 +56,14 @@ def _base() -> str:
         ('hotplug_mode = "native"', 'hotplug_mode = "magic"', "host.hotplug_mode"),
         ("memory_mib = 512", 'memory_mib = "lots"', "host.memory_mib"),
         ("chassis = 2", "chassis = 1", "slots[1].chassis"),
-        ("lease_ttl_s = 5", 'lease_ttl_s = "soon"', "budgets.lease_ttl_s"),
+        ('base = "tcg"', 'base = "tcg"\nlease_ttl_s = "soon"', "budgets.lease_ttl_s"),
+        ('base = "tcg"', 'base = "tgc"', "budgets.base"),
+        ('base = "tcg"', "base = 3", "budgets.base"),
         # typos are refused, never dropped or taken as something new (issue 14)
         ("[runtime]", "[runtme]", "runtme"),
         ("select_ids = [", "select_id = []\nselect_ids = [", "runtime.select_id"),
         ("memory_mib = 512", "memory_mb = 512", "host.memory_mb"),
-        ("lease_ttl_s = 5", "lease_tll_s = 5", "budgets.lease_tll_s"),
+        ('base = "tcg"', 'base = "tcg"\nlease_tll_s = 5', "budgets.lease_tll_s"),
         ('device = "nvme"', 'device = "nvme"\naccept = "nvme"', "slots[0].accept"),
         ('speed = "8", width = "16" }', 'speed = "8", widht = "16" }', "slots[0].link.widht"),
         ('model = "NVIDIA Tesla T4" }', 'model = "NVIDIA Tesla T4", vendro = "10de" }',
@@ -96,9 +100,56 @@ def test_hotplug_mode_override():
 
 
 def test_a_misspelt_budget_names_the_one_it_resembles(tmp_path):
-    path = _write(tmp_path, _base().replace("lease_ttl_s = 5", "lease_tll_s = 5", 1))
+    path = _write(tmp_path, _base().replace('base = "tcg"', 'base = "tcg"\nlease_tll_s = 5', 1))
     with pytest.raises(ProfileError, match="did you mean 'lease_ttl_s'"):
         load_profile(path)
+
+
+# -- budget sets (a profile names its base set and sets only what differs) ----------------------
+
+def test_a_profile_takes_its_base_sets_figures_and_overrides_only_its_own():
+    tcg = budget_sets()["tcg"]["budgets"]
+    switch = load_profile("switch-stock").budgets
+    assert switch["hot_add_discovery_p95_ms"] == 3000 != tcg["hot_add_discovery_p95_ms"]
+    assert {k: v for k, v in switch.items() if k not in _SWITCH_OWN} == {
+        k: v for k, v in tcg.items() if k not in _SWITCH_OWN}
+    assert load_profile("a100").budgets == tcg
+
+
+_SWITCH_OWN = {"hot_add_discovery_p95_ms", "hot_add_discovery_over_floor_p95_ms",
+               "cold_discovery_over_floor_ms"}
+
+
+def test_a_profile_naming_no_base_starts_from_the_emulated_default_set(tmp_path):
+    path = _write(tmp_path, _base().replace('base = "tcg"', "lease_ttl_s = 7", 1))
+    budgets = load_profile(path).budgets
+    assert budgets["lease_ttl_s"] == 7 and budgets["drain_timeout_ms"] == budget_sets()["tcg"]["budgets"][
+        "drain_timeout_ms"]
+
+
+def test_an_unknown_base_set_names_the_known_ones(tmp_path):
+    path = _write(tmp_path, _base().replace('base = "tcg"', 'base = "kvm"', 1))
+    with pytest.raises(ProfileError, match=r"'kvm' is not a budget set \(known: real-host, tcg"):
+        load_profile(path)
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ('[sets.x]\nmeaning = "m"\n[sets.x.budgets]\nlease_tll_s = 5\n', "did you mean 'lease_ttl_s'"),
+    ('[sets.x]\nmeaning = "m"\n[sets.x.budgets]\nlease_ttl_s = "5"\n', "must be a number"),
+    ('[sets.x]\nmeaning = "m"\ncolour = 1\n[sets.x.budgets]\n', "unknown: colour"),
+    ('[sets.x]\nmeaning = "m"\ndefault_for = "virtual"\n[sets.x.budgets]\n', "default_for"),
+    ('[set.x]\n', "unknown key 'set'"),
+])
+def test_the_budget_sets_file_is_read_strictly(tmp_path, monkeypatch, text, problem):
+    path = tmp_path / "budget_sets.toml"
+    path.write_text(text)
+    monkeypatch.setattr(budgets_module, "BUDGET_SETS_PATH", path)
+    budget_sets.cache_clear()
+    try:
+        with pytest.raises(ProfileError, match=problem):
+            budget_sets()
+    finally:
+        budget_sets.cache_clear()
 
 
 # -- switches (issue 14, topologies) -------------------------------------------------------------
