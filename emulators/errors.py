@@ -1,17 +1,73 @@
-"""Errors of the emulated-host library.
+"""hilconform's error tree: every error the harness raises on purpose, in four kinds.
 
-Everything here is *infrastructure* trouble (QEMU died, no image, a bad
-profile): the pytest plugin reports it as an error, never as a failed clause
-and never as a pass. Each message names what was wrong and, where there is
-one, the command that fixes it.
+What kind an error is decides the verdict, so the kinds are classes, and every
+error of the harness is one of them::
+
+    HilconformError
+     ├── InfrastructureError (RuntimeError)  the test bed went wrong: reported "broken",
+     │    │                                   never a failed clause, never a pass (exit 2)
+     │    ├── ImageMissing, ToolMissing, QemuDied, QmpError, GuestAgentError,
+     │    │   WaitTimeout (TimeoutError), FaultError                     emulators/errors.py
+     │    ├── SocketInUse                                       emulators/vfio_user/server.py
+     │    ├── UnsafeTarget                                           fixtures/real_safety.py
+     │    ├── RemoteCommandError ── HostUnreachable, LoginRefused  fixtures/remote_command.py
+     │    ├── HostLacksRequirement, UnknownRuntimeModule       fixtures/runtime_deployment.py
+     │    ├── ProfileMatchesNothing                                    fixtures/real_host.py
+     │    ├── CapabilityMissing (LookupError)                      fixtures/host_protocol.py
+     │    └── LabError ── LabgridMissing, CoordinatorGone, PlaceUnknown, PlaceHeld,
+     │                    NoNetworkService, NotReserved               fixtures/labgrid_lab.py
+     ├── BadInput (ValueError)               what the user gave is wrong: named precisely,
+     │    │                                   before any VM starts where it can be (exit 2)
+     │    ├── ProfileError (a host or real-host profile, a budget set)  emulators/errors.py
+     │    ├── ModelError (a device model)                        emulators/vfio_user/model.py
+     │    ├── HostPackagesError                                     emulators/host_packages.py
+     │    ├── HostSpecError (--host)                                   fixtures/host_spec.py
+     │    ├── CapabilityError, RulesError, ClaimError, OwnClauseError    fixtures/ data readers
+     │    ├── PluginCommandError, PluginImageError, ImageError, ManifestError
+     │    │                                   (a device plugin as shipped)        fixtures/
+     │    └── CertifyError, LabRunError, NotARunFolder, IncomparableRuns, CertificateInvalid,
+     │        CatalogueError, BadNight, BadFleet                                   reports/
+     └── ConformanceFailure (AssertionError) the system under test did something wrong:
+          │                                   a failed clause (exit 1)
+          ├── RuntimeUnresponsive, RuntimeProtocolViolation     fixtures/runtime_client.py
+          ├── TransitionRulesBroken                            fixtures/transition_watch.py
+          └── PublishedTableError (the runtime's published table)  fixtures/transition_checker.py
+
+    Inconclusive (pytest's skip outcome)     a precondition the test bed missed, or a test
+                                              bed too slow to judge: neither pass nor fail,
+                                              the run incomplete (exit 2)  fixtures/errors.py
+
+A plain ``assert`` in a suite is a ConformanceFailure too (pytest reports it as
+failed). Errors outside the tree are answers, not failures of anyone: a refused
+request (``RuntimeCallError``, ``StandInError``, ``ControlError``, vfio-user's
+``ClientError``) is what a test asserts on, and the wire readers' own errors
+(``MalformedMessage``, ``PeerClosed``) end one connection. The runtime under test
+(``runtime/``) imports nothing of the harness and has its own: ``ProtocolError``
+(a request that is not one), ``ConfigError``, ``LeaseError``, ``IllegalTransition``,
+``OwnResourcesShort`` (a check that could not run for want of fds or memory),
+``DeviceGone``, ``DeviceUnreachable``, ``KubeletAbsent``, ``WireError``.
+
+Each message names what was wrong and, where there is one, the command that fixes it.
 """
 
 
-class InfrastructureError(RuntimeError):
+class HilconformError(Exception):
+    """Every error the harness raises on purpose (see the tree above)."""
+
+
+class InfrastructureError(HilconformError, RuntimeError):
     """The test bed, not the system under test, went wrong."""
 
 
-class ProfileError(InfrastructureError, ValueError):
+class BadInput(HilconformError, ValueError):
+    """What the user gave (a profile, a host, a plugin, a run folder) is wrong; the message names it."""
+
+
+class ConformanceFailure(HilconformError, AssertionError):
+    """The system under test did something a clause forbids: a failed clause."""
+
+
+class ProfileError(BadInput):
     """A host profile is unknown or malformed (names the file and the key)."""
 
 

@@ -14,6 +14,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import BadInput
+
 try:
     from .toml_file import check_entry, read_toml
 except ImportError:  # run as a script (make setup): emulators/ itself is on sys.path
@@ -24,7 +26,7 @@ GROUPS = ("run", "test")
 KEYS = {"tool": str, "for": str}
 
 
-class HostPackagesError(ValueError):
+class HostPackagesError(BadInput):
     """host-packages.toml is malformed: the message names the entry and what is wrong."""
 
 

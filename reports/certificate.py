@@ -18,6 +18,8 @@ from collections import defaultdict
 from importlib import metadata
 from pathlib import Path
 
+from hilconform.fixtures.errors import BadInput
+
 from .run_folder import RunFolder
 from .verdicts import UNFINISHED_OUTCOMES, clause_verdict, overall_verdict
 
@@ -27,7 +29,7 @@ SPEC = Path(__file__).resolve().parent.parent / "docs" / "spec.md"
 _SPEC_ROW = re.compile(r"^\|\s*([A-Z]+-\d{2})\s*\|\s*([^|]+?)\s*\|")
 
 
-class CertificateInvalid(ValueError):
+class CertificateInvalid(BadInput):
     """A certificate does not match its schema (a bug in the builder, or a file edited by hand)."""
 
 

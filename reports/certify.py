@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hilconform.fixtures.errors import ProfileError
+from hilconform.fixtures.errors import BadInput, ProfileError
 from hilconform.fixtures.host_spec import HostSpecError, parse_host_spec, serves_device_models
 from hilconform.fixtures.labgrid_lab import LabError, coordinator_address
 from hilconform.fixtures.labgrid_lock import PlaceLock
@@ -52,7 +52,7 @@ XDIST_DISTRIBUTION = ("--dist", "worksteal")
 PYTEST_CONFIG = ("-c", str(PYTEST_INI), "--rootdir", str(CHECKOUT), "--confcutdir", str(CHECKOUT))
 
 
-class CertifyError(Exception):
+class CertifyError(BadInput):
     """Bad input or a run that could not start: the message says what was wrong (exit 2)."""
 
 

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hilconform.fixtures.errors import BadInput
+
 from .certificate import SCHEMA_VERSION
 from .run_folder import NotARunFolder, RunFolder
 
 RELATIVE_THRESHOLD = 0.10  # a median or p95 that moved by more than 10 % is reported
 
 
-class IncomparableRuns(ValueError):
+class IncomparableRuns(BadInput):
     """The two runs' certificates cannot be compared (another schema version)."""
 
 

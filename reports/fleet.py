@@ -30,6 +30,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hilconform.fixtures.errors import BadInput
+
 from . import fleet_html
 from .certificate import SCHEMA_VERSION as CERTIFICATE_SCHEMA_VERSION
 from .certificate import CertificateInvalid, clause_order, validate
@@ -45,7 +47,7 @@ SCHEMA_FILE = Path(__file__).with_name("fleet.schema.json")
 KEY_FIGURE_STAT = "median"
 
 
-class BadFleet(ValueError):
+class BadFleet(BadInput):
     """A fleet.json that does not match its schema (edited by hand, or written by another version)."""
 
 

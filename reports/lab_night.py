@@ -18,6 +18,8 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from hilconform.fixtures.errors import BadInput
+
 from .json_file import read_json
 from .verdicts import EXIT_CODES, OVERALL_VERDICTS
 
@@ -63,7 +65,7 @@ HOST_KEYS: dict[str, tuple[type, ...]] = {
 }
 
 
-class BadNight(ValueError):
+class BadNight(BadInput):
     """A NIGHT_DIR or its lab-run.json is missing or does not match its schema."""
 
 

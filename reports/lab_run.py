@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from hilconform.fixtures.errors import BadInput
 from hilconform.fixtures.labgrid_lab import Lab, LabError, NoNetworkService, NotReserved, PlaceHeld
 from hilconform.fixtures.labgrid_lock import PlaceLock
 
@@ -38,7 +39,7 @@ WATCH_S = 5.0  # between two looks at a certified place's NetworkService
 STOP_GRACE_S = 120.0  # a stopped certify's time to end its pytest and write its certificate
 
 
-class LabRunError(Exception):
+class LabRunError(BadInput):
     """Bad input or a lab that cannot be used at all (exit 2)."""
 
 

@@ -14,10 +14,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hilconform.fixtures.errors import BadInput
+
 RUN_MARKER = "run.json"
 
 
-class NotARunFolder(ValueError):
+class NotARunFolder(BadInput):
     """The path is not a folder written by `hilconform certify`."""
 
 

@@ -49,6 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from hilconform.fixtures.clauses import ALSO_FAILED_PROPERTY, OWN_CLAUSE_PASSED_PROPERTY
+from hilconform.fixtures.errors import BadInput
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 CATALOGUE = CHECKOUT / "tests" / "mutants" / "mutants.toml"
@@ -60,7 +61,7 @@ EXIT_OK, EXIT_SURVIVED, EXIT_BROKEN = 0, 1, 2
 TABLE_BEGIN, TABLE_END = "<!-- sensitivity-table:begin -->", "<!-- sensitivity-table:end -->"
 
 
-class CatalogueError(ValueError):
+class CatalogueError(BadInput):
     """mutants.toml is malformed (the message names the entry and the key)."""
 
 

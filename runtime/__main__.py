@@ -16,7 +16,7 @@ import signal
 import sys
 
 from .config import ConfigError, load
-from .own_resources import Inconclusive
+from .own_resources import OwnResourcesShort
 
 GIL_SWITCH_INTERVAL_S = 0.001
 
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         service = Service(cfg)
         service.start()
-    except (OSError, ValueError, ImportError, Inconclusive) as exc:
+    except (OSError, ValueError, ImportError, OwnResourcesShort) as exc:
         print(f"hilconform-runtime: cannot start: {exc}", file=sys.stderr)
         return 1
     # The handler only notes the signal: it runs in this thread, possibly inside service.wait(),

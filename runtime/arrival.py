@@ -17,7 +17,7 @@ from .device_classes import ClassHooks, hooks_for
 from .device_table import Device, log
 from .discovery import PciChange
 from .inventory import DeviceGone, DeviceInfo, IdentityRegistry, describe
-from .own_resources import Inconclusive
+from .own_resources import OwnResourcesShort
 
 SELF_CHECK_DEFER_S = 2.0  # a hot-add self-check waits at most this long for a storm's other adds to be read
 
@@ -34,7 +34,7 @@ class DeviceArrival:
                 info = describe(self.sysfs, change.bdf)
             except DeviceGone:
                 return
-            except Inconclusive as exc:  # described again on the next poll
+            except OwnResourcesShort as exc:  # described again on the next poll
                 self.own_errors.inconclusive(exc, f"{change.bdf} hot-add")
                 with self._lock:
                     self._pending_adds[change.bdf] = change
@@ -80,7 +80,7 @@ class DeviceArrival:
             info = describe(self.sysfs, bdf, previous)
         except DeviceGone:
             return
-        except Inconclusive as exc:  # the record stays as it was
+        except OwnResourcesShort as exc:  # the record stays as it was
             self.own_errors.inconclusive(exc, f"{bdf} re-describe")
             return
         with self._lock:
@@ -140,7 +140,7 @@ class DeviceArrival:
         for src in filter(None, (info.bdf, dev.port)):
             try:
                 baselines[src] = totals(self.sysfs.aer_counters(src))
-            except Inconclusive as exc:  # no baseline: the first poll that can read sets it
+            except OwnResourcesShort as exc:  # no baseline: the first poll that can read sets it
                 self.own_errors.inconclusive(exc, f"{info.bdf} AER baseline")
         with self._lock:
             if self.devices.get(info.bdf) is not dev or dev.gone:

@@ -19,7 +19,7 @@ from .aer import DeviceAer
 from .device_classes import ClassHooks
 from .inventory import DeviceInfo
 from .lifecycle import DeviceStates, TransitionTable
-from .own_resources import Inconclusive
+from .own_resources import OwnResourcesShort
 from .protocol import ProtocolError
 
 _log = logging.getLogger("hilconform.runtime")
@@ -185,7 +185,7 @@ class DeviceTable:
     def _release_checkpoint(self, dev: Device) -> None:
         try:
             checkpoint = procedures.config_intact(self.sysfs, dev.bdf, dev.info)
-        except Inconclusive as exc:  # it stays RELEASED (out of the pool); the next poll finishes it
+        except OwnResourcesShort as exc:  # it stays RELEASED (out of the pool); the next poll finishes it
             self.own_errors.inconclusive(exc, f"{dev.bdf} release checkpoint")
             return
         with self._lock:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from .inventory import DeviceGone, DeviceInfo, describe
-from .own_resources import Inconclusive
+from .own_resources import OwnResourcesShort
 from .selector import Selector
 from .sysfs import BDF_RE, Sysfs
 
@@ -309,7 +309,7 @@ class DiscoveryWatcher:
         the runtime lacks the fds to read its IDs)."""
         try:
             ids = [self.sysfs.attr(bdf, name) for name in ("vendor", "device", "class")]
-        except Inconclusive:
+        except OwnResourcesShort:
             return None
         try:
             vendor, device, klass = (int(v, 16) for v in ids)  # type: ignore[arg-type]

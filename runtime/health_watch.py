@@ -16,7 +16,7 @@ from . import procedures
 from .aer import SEVERITIES, totals
 from .device_table import Device
 from .discovery import PciChange
-from .own_resources import Inconclusive
+from .own_resources import OwnResourcesShort
 
 RECOVERY_GRACE_NS = 10_000_000_000  # config may read all ones while the kernel recovers the link
 # The kernel's uevents can outrun its log (read by another thread): an error line read this soon
@@ -43,7 +43,7 @@ class HealthWatch:
             for src in sorted(sources):
                 try:
                     reads[src] = self.sysfs.aer_counters(src)
-                except Inconclusive as exc:  # not read: no delta now, the next read has it all
+                except OwnResourcesShort as exc:  # not read: no delta now, the next read has it all
                     self.own_errors.inconclusive(exc, f"{src} AER counters")
                     unread += 1
             now = time.monotonic_ns()
@@ -124,7 +124,7 @@ class HealthWatch:
         if successful and not resetting:
             try:
                 checkpoint = procedures.config_intact(self.sysfs, bdf, dev.info)
-            except Inconclusive as exc:  # judged on AER alone; the next poll checks config
+            except OwnResourcesShort as exc:  # judged on AER alone; the next poll checks config
                 self.own_errors.inconclusive(exc, f"{bdf} AER recovery checkpoint")
         now = time.monotonic_ns()
         with self._lock:
@@ -226,7 +226,7 @@ class HealthWatch:
                     results[dev.bdf] = {"state": "REMOVED", "cause": "vanished"}
                     continue
                 checkpoint = procedures.config_intact(self.sysfs, dev.bdf, dev.info)
-            except Inconclusive as exc:  # says nothing about the device: it keeps its state
+            except OwnResourcesShort as exc:  # says nothing about the device: it keeps its state
                 self.own_errors.inconclusive(exc, f"{dev.bdf} health poll")
                 inconclusive += 1
                 results[dev.bdf] = {"state": dev.states.health, "skipped": f"inconclusive: {exc}"}

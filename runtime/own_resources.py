@@ -5,7 +5,7 @@ descriptors, not that the device lost its configuration. Counting such an
 error as a device fault turned a client's connection flood into every
 healthy device FAULTED. Every place that turns an OSError into a device
 verdict asks :func:`is_own_resource_error` first; a check that meets one is
-inconclusive (:class:`Inconclusive`): logged, retried on the next poll, and
+inconclusive (:class:`OwnResourcesShort`): logged, retried on the next poll, and
 the device keeps its state.
 """
 
@@ -24,12 +24,12 @@ _log = logging.getLogger("hilconform.runtime")
 
 def is_own_resource_error(exc: BaseException) -> bool:
     """True when ``exc`` says the runtime lacks a resource (EMFILE, ENFILE, ENOMEM, ENOBUFS, MemoryError)."""
-    if isinstance(exc, Inconclusive | MemoryError):
+    if isinstance(exc, OwnResourcesShort | MemoryError):
         return True
     return isinstance(exc, OSError) and exc.errno in OWN_RESOURCE_ERRNOS
 
 
-class Inconclusive(Exception):
+class OwnResourcesShort(Exception):
     """A device check could not run for want of the runtime's own resources.
 
     Not an OSError on purpose: the ``except OSError`` handlers that mean
@@ -43,11 +43,11 @@ class Inconclusive(Exception):
 
 
 def inconclusive_from(exc: BaseException, what: str) -> None:
-    """Raise Inconclusive (from ``exc``) when ``exc`` is an own-resource error; else return."""
-    if isinstance(exc, Inconclusive):
+    """Raise OwnResourcesShort (from ``exc``) when ``exc`` is an own-resource error; else return."""
+    if isinstance(exc, OwnResourcesShort):
         raise exc
     if is_own_resource_error(exc):
-        raise Inconclusive(what, exc) from exc
+        raise OwnResourcesShort(what, exc) from exc
 
 
 class EpisodeLog:

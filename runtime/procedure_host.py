@@ -16,7 +16,7 @@ from typing import Any
 
 from . import procedures
 from .device_table import Device, log
-from .own_resources import Inconclusive
+from .own_resources import OwnResourcesShort
 
 _log = logging.getLogger("hilconform.runtime")
 
@@ -143,7 +143,7 @@ class ProcedureHost:
             dev.aer.clear()
             return True
 
-    def inconclusive(self, run: procedures.Run, exc: Inconclusive) -> None:
+    def inconclusive(self, run: procedures.Run, exc: OwnResourcesShort) -> None:
         """A procedure's check could not run: log it; a hot-add is tried again on the next poll."""
         self.own_errors.inconclusive(exc, f"{run.device} {run.run_id}")
         if run.procedure == "hot_add":

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from .device_classes import ClassHooks
 from .inventory import DeviceInfo
-from .own_resources import Inconclusive, is_own_resource_error
+from .own_resources import OwnResourcesShort, is_own_resource_error
 from .pciconfig import parse_config
 from .sysfs import Sysfs
 
@@ -52,7 +52,7 @@ class Host(Protocol):
     def finish_removal(self, run: Run, cause: str) -> None: ...
     def record_reset(self, run: Run, outcome: dict) -> None: ...
     def restore_health(self, run: Run, cause: str, checkpoint: dict) -> bool: ...
-    def inconclusive(self, run: Run, exc: Inconclusive) -> None: ...
+    def inconclusive(self, run: Run, exc: OwnResourcesShort) -> None: ...
 
 
 @dataclass
@@ -84,7 +84,7 @@ def config_intact(sysfs: Sysfs, bdf: str, info: DeviceInfo) -> dict:
 
     Returns {"name": "config_intact", "ok": bool, "problems": [...]}; an
     unreadable MMIO window (no rights) is not a problem, all ones is. Raises
-    own_resources.Inconclusive when the runtime lacked the fds or memory to look.
+    own_resources.OwnResourcesShort when the runtime lacked the fds or memory to look.
     """
     problems: list[str] = []
     try:
@@ -169,15 +169,15 @@ def link_active(sysfs: Sysfs, bdf: str, info: DeviceInfo) -> tuple[bool, dict]:
 def _retry(deadline: float, probe):
     """Call ``probe`` until it returns (status, detail, final=True) or the deadline passes.
 
-    A probe that could not look (Inconclusive) is retried too; if it still cannot
-    at the deadline, Inconclusive is raised: the step says nothing about the device.
+    A probe that could not look (OwnResourcesShort) is retried too; if it still cannot
+    at the deadline, OwnResourcesShort is raised: the step says nothing about the device.
     """
     pause = RETRY_S
     while True:
         try:
             ok, detail, final = probe()
             unable = None
-        except Inconclusive as exc:
+        except OwnResourcesShort as exc:
             ok, detail, final, unable = False, {}, False, exc
         if ok or final or time.monotonic() >= deadline:
             if unable is not None:
@@ -242,7 +242,7 @@ def self_check(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks, on_fir
             return name, {"error": "device gone"}
         try:
             ok, detail = _retry(time.monotonic() + step_s, probe)
-        except Inconclusive as exc:
+        except OwnResourcesShort as exc:
             host.step(run, name, "aborted", inconclusive=True, error=str(exc))
             exc.step = name
             raise
@@ -266,7 +266,7 @@ def hot_add(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks) -> bool:
     try:
         failed, detail = self_check(host, run, info, hooks, firmware_loaded)
         checkpoint = None if failed else config_intact(sysfs, bdf, info)
-    except Inconclusive as exc:  # not the device's fault: it stays DISCOVERED and is tried again
+    except OwnResourcesShort as exc:  # not the device's fault: it stays DISCOVERED and is tried again
         host.inconclusive(run, exc)
         step = getattr(exc, "step", "join_pool")
         host.step(run, "end", "failed", failed_step=step, inconclusive=True, error=str(exc))
@@ -409,7 +409,7 @@ def reset_procedure(host: Host, run: Run, info: DeviceInfo) -> dict:
     if outcome["outcome"] == "ok" and not host.is_gone(run):
         try:
             checkpoint = config_intact(host.sysfs, run.device, info)
-        except Inconclusive as exc:
+        except OwnResourcesShort as exc:
             host.inconclusive(run, exc)
             checkpoint = inconclusive_checkpoint(exc)
         result["checkpoint"] = checkpoint
@@ -419,7 +419,7 @@ def reset_procedure(host: Host, run: Run, info: DeviceInfo) -> dict:
     return result
 
 
-def inconclusive_checkpoint(exc: Inconclusive) -> dict:
+def inconclusive_checkpoint(exc: OwnResourcesShort) -> dict:
     """A checkpoint that could not look: neither passed nor failed (``ok`` null)."""
     return {"name": "config_intact", "ok": None, "inconclusive": True, "problems": [str(exc)]}
 
@@ -429,7 +429,7 @@ def _reported(read, default):
     runtime lacks the resources to read it, so an action still runs."""
     try:
         return read()
-    except Inconclusive:
+    except OwnResourcesShort:
         return default
 
 
@@ -438,7 +438,7 @@ def recover_procedure(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks,
     full hot-add self-check first. A check that could not run leaves the device as it was."""
     try:
         return _recover(host, run, info, hooks, faulted)
-    except Inconclusive as exc:
+    except OwnResourcesShort as exc:
         host.inconclusive(run, exc)
         step = getattr(exc, "step", "checkpoint")
         host.step(run, "end", "failed", failed_step=step, inconclusive=True, error=str(exc))
@@ -491,7 +491,7 @@ def drain(hooks: ClassHooks, sysfs: Sysfs, bdf: str, timeout_s: float, poll_s: f
     while True:
         try:
             depth = hooks.queue_depth(sysfs, bdf)
-        except Inconclusive as exc:  # the runtime could not look: the queue is not known empty
+        except OwnResourcesShort as exc:  # the runtime could not look: the queue is not known empty
             polls += 1
             left = deadline - time.monotonic()
             if left <= 0:

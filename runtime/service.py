@@ -37,7 +37,7 @@ from .kernel_log import KernelLogFollower
 from .kernel_reaction import KernelLogReaction
 from .leases import LeaseError, LeaseTable
 from .lifecycle import IllegalTransition, TransitionTable
-from .own_resources import EpisodeLog, Inconclusive
+from .own_resources import EpisodeLog, OwnResourcesShort
 from .procedure_host import ProcedureHost
 from .protocol import ProtocolError
 from .request_methods import RUNTIME_VERSION, SENT, RequestMethods
@@ -223,7 +223,7 @@ class Service(RequestMethods, HealthWatch, KernelLogReaction, DeviceArrival, Pro
             )
         except LeaseError as exc:
             self._error(session, req_id, exc.code, str(exc))
-        except Inconclusive as exc:
+        except OwnResourcesShort as exc:
             self.own_errors.inconclusive(exc, "request")
             self._error(session, req_id, protocol.RESOURCE_EXHAUSTED, f"the runtime lacks resources: {exc}")
         except Exception as exc:  # noqa: BLE001 - the runtime keeps serving
@@ -259,7 +259,7 @@ class Service(RequestMethods, HealthWatch, KernelLogReaction, DeviceArrival, Pro
                     next_poll = time.monotonic() + poll_s
                     self._retry_pending_adds()
                     self.health_poll(None, "health_poll")
-            except Inconclusive as exc:
+            except OwnResourcesShort as exc:
                 self.own_errors.inconclusive(exc, "ticker")
             except Exception as exc:  # noqa: BLE001 - the ticker must survive a bug
                 self.stats_counts["internal_errors"] += 1

@@ -5,7 +5,7 @@ tests run against a fake tree in a temporary folder (``root``), so nothing in
 the runtime may open ``/sys`` (or ``/proc``, ``/dev``) directly.
 
 Reads that fail for want of the runtime's own resources (EMFILE, ENOMEM, ...)
-raise own_resources.Inconclusive instead of reading as "absent" or
+raise own_resources.OwnResourcesShort instead of reading as "absent" or
 "unreadable": such a failure says nothing about the device.
 """
 

@@ -46,7 +46,7 @@ class VfioUserClient:
             return None
         answer = p.receive(self.sock)
         if answer.msg_id != self._next_id or answer.flags & p.TYPE_MASK != p.TYPE_REPLY:
-            raise p.ProtocolError(f"expected reply {self._next_id}, got {answer}")
+            raise p.MalformedMessage(f"expected reply {self._next_id}, got {answer}")
         if answer.flags & p.ERROR:
             for fd in answer.fds:
                 os.close(fd)
@@ -72,7 +72,7 @@ class VfioUserClient:
     def read(self, region: int, offset: int, count: int) -> bytes:
         reply = self.request(p.REGION_READ, p.REGION_ACCESS.pack(offset, region, count))
         if len(reply.payload) != p.REGION_ACCESS.size + count:
-            raise p.ProtocolError(f"read reply carries {len(reply.payload)} bytes")
+            raise p.MalformedMessage(f"read reply carries {len(reply.payload)} bytes")
         return reply.payload[p.REGION_ACCESS.size:]
 
     def write(self, region: int, offset: int, data: bytes, posted: bool = False) -> None:

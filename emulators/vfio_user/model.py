@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..errors import InfrastructureError
+from ..errors import BadInput
 from ..toml_file import read_toml
 from .driver_table import guest_drivers
 
@@ -29,7 +29,7 @@ MIN_BAR_SIZE = 4096  # a page: memfd BARs are mapped, the register BAR is page-g
 SIZE_SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
-class ModelError(InfrastructureError, ValueError):
+class ModelError(BadInput):
     """A device model file is unknown or describes an impossible device (names file and field)."""
 
 

@@ -80,7 +80,7 @@ REGION_ACCESS = struct.Struct("<QII")  # offset, region, count
 DMA_MAP_ARGS = struct.Struct("<IIQQQ")  # argsz, flags, offset, iova, size
 
 
-class ProtocolError(RuntimeError):
+class MalformedMessage(RuntimeError):
     """The peer sent something this server cannot make sense of; the connection ends."""
 
 
@@ -140,7 +140,7 @@ def receive(sock: socket.socket) -> Message:
     if size < HEADER.size or size > MAX_MESSAGE:
         for fd in fds:
             _close_quietly(fd)
-        raise ProtocolError(f"message {msg_id}: impossible size {size}")
+        raise MalformedMessage(f"message {msg_id}: impossible size {size}")
     payload = _recv_exact(sock, size - HEADER.size) if size > HEADER.size else b""
     return Message(msg_id, command, flags, error, payload, list(fds))
 
@@ -169,13 +169,13 @@ def version_payload(capabilities: dict) -> bytes:
 
 def parse_version(payload: bytes) -> tuple[int, int, dict]:
     if len(payload) < 4:
-        raise ProtocolError("VERSION payload shorter than 4 bytes")
+        raise MalformedMessage("VERSION payload shorter than 4 bytes")
     major, minor = struct.unpack_from("<HH", payload)
     text = payload[4:].split(b"\0", 1)[0]
     try:
         caps = json.loads(text) if text else {}
     except json.JSONDecodeError as exc:
-        raise ProtocolError(f"VERSION capabilities are not JSON: {exc}") from None
+        raise MalformedMessage(f"VERSION capabilities are not JSON: {exc}") from None
     return major, minor, caps
 
 

@@ -151,7 +151,7 @@ class ModelServer:
                 self._serve_connection(conn)
             except (p.PeerClosed, OSError):
                 pass
-            except p.ProtocolError as exc:
+            except p.MalformedMessage as exc:
                 self.last_error = str(exc)
             finally:
                 self.busy_since = None
@@ -192,7 +192,7 @@ class ModelServer:
     def _version(self, conn, msg) -> None:
         major, _minor, _caps = p.parse_version(msg.payload)
         if major != p.PROTOCOL_MAJOR:
-            raise p.ProtocolError(f"client speaks vfio-user {major}.x; this server speaks 0.x")
+            raise p.MalformedMessage(f"client speaks vfio-user {major}.x; this server speaks 0.x")
         caps = {"max_msg_fds": p.MAX_MESSAGE_FDS, "max_data_xfer_size": p.MAX_DATA_XFER}
         p.reply(conn, msg, p.version_payload(caps))
 

@@ -19,7 +19,7 @@ from test_service import Harness
 from hilconform.runtime import procedures, protocol
 from hilconform.runtime import sysfs as sysfs_module
 from hilconform.runtime.device_classes import ClassHooks, DeviceUnreachable
-from hilconform.runtime.own_resources import Inconclusive, is_own_resource_error
+from hilconform.runtime.own_resources import OwnResourcesShort, is_own_resource_error
 
 _FD_CALLS = ("open", "listdir", "readlink", "stat")
 
@@ -93,7 +93,7 @@ def _health_moves(client) -> list[tuple[str, str, str]]:
         (OSError(errno.ENOMEM, "x"), True),
         (OSError(errno.ENOBUFS, "x"), True),
         (MemoryError(), True),
-        (Inconclusive("config read", OSError(errno.EMFILE, "x")), True),
+        (OwnResourcesShort("config read", OSError(errno.EMFILE, "x")), True),
         (OSError(errno.EIO, "x"), False),
         (OSError(errno.ENOENT, "x"), False),
         (OSError(errno.EACCES, "x"), False),
@@ -122,7 +122,7 @@ def test_sysfs_reads_raise_inconclusive_instead_of_reading_as_absent(tmp_path, o
         lambda: sysfs.glob("sys", "bus", "pci", "devices", "*"),
         lambda: sysfs.aer_counters(Harness.NVME),
     ):
-        with pytest.raises(Inconclusive):
+        with pytest.raises(OwnResourcesShort):
             read()
     out_of_fds.on = False
     assert sysfs.exists(Harness.NVME) and sysfs.driver(Harness.NVME) == "nvme"
@@ -204,7 +204,7 @@ class _BlindHooks(ClassHooks):
     """A queue probe that cannot look: the runtime has no fd to read the queue with."""
 
     def queue_depth(self, sysfs, bdf):
-        raise Inconclusive("queue", _emfile("inflight"))
+        raise OwnResourcesShort("queue", _emfile("inflight"))
 
 
 def test_drain_that_cannot_look_is_not_known_empty_until_its_deadline(tmp_path):

@@ -45,7 +45,7 @@ def test_header_size_counts_the_header(pair):
 def test_impossible_size_is_a_protocol_error(pair):
     a, b = pair
     a.sendall(p.HEADER.pack(1, p.VERSION, 8, 0, 0))  # smaller than the header itself
-    with pytest.raises(p.ProtocolError, match="impossible size"):
+    with pytest.raises(p.MalformedMessage, match="impossible size"):
         p.receive(b)
 
 
@@ -60,5 +60,5 @@ def test_version_payload_is_nul_terminated_json():
     payload = p.version_payload({"max_msg_fds": 8})
     assert payload[:4] == struct.pack("<HH", 0, 0) and payload.endswith(b"\0")
     assert p.parse_version(payload) == (0, 0, {"capabilities": {"max_msg_fds": 8}})
-    with pytest.raises(p.ProtocolError):
+    with pytest.raises(p.MalformedMessage):
         p.parse_version(b"\0\0\0\0{not json")
