@@ -47,12 +47,13 @@ from lifecycle_support import (
     wait_until,
 )
 
-from hilconform.fixtures.errors import Inconclusive, InfrastructureError
+from hilconform.fixtures.errors import FaultError, Inconclusive, InfrastructureError
 from hilconform.fixtures.guest_kernel_log import (
     kernel_log_lines,
     kernel_minus_monotonic_ns,
     kernel_recovery_window,
 )
+from hilconform.fixtures.host_protocol import ResetReadiness
 from hilconform.fixtures.runtime_client import RuntimeCallError, RuntimeUnresponsive
 
 pytestmark = pytest.mark.clause("LIFE-03")
@@ -262,6 +263,8 @@ RECOVERY_TIMEOUT_S = 20.0  # the kernel's recovery line after a fatal error (a s
 OBSERVATIONS = 6  # fatal errors injected at most, one after another, until one window was covered
 RECOVER_TIMEOUT_S = 30.0  # the runtime's recover procedure (a reset) of a DEGRADED device
 HEALTHY_AGAIN_S = 15.0  # how long a device recovered by the kernel may take to be HEALTHY again
+HOLD_MAX_S = 20.0  # a recovery window held open (reset-not-ready) at most this long; the kernel waits 60 s
+HOLD_ANSWERS = MIN_JUDGED + 2  # answers the hold waits for (a margin over MIN_JUDGED for the clock mapping)
 
 
 class _Observation:
@@ -269,8 +272,9 @@ class _Observation:
     and every answer, with the host clock mapped onto the runtime's."""
 
     def __init__(self, bdf: str, window: tuple[int, int, str], answers: list, host_minus_runtime: int,
-                 probed_throughout: bool = False):
+                 probed_throughout: bool = False, hold=None):
         self.bdf = bdf
+        self.hold = hold  # the precondition record where the window was held open
         self.probed_throughout = probed_throughout  # the probe ran from before the injection
         self.began, self.ended, self.outcome = window
         self.judged_from = self.began + int(REACTION_MS * 1e6)
@@ -317,7 +321,23 @@ def _held(answer) -> bool:
         or (answer.code == "NOT_HEALTHY" and answer.data.get("state") in ("ALLOCATED", "RELEASED")))
 
 
-def _observe_fatal_recovery(host, runtime, slot: str, throughout: bool = False) -> _Observation:
+def _hold_window_open(host, slot: str):
+    """The host's ResetReadiness, with `slot`'s device set to stay not ready after its next reset
+    for up to HOLD_MAX_S, so the kernel's recovery from the coming fatal error (a link reset)
+    waits for it: the window stays open until the probe has its answers. None where the host
+    cannot (no reset-not-ready, or not a device-model slot): the window is then the kernel's own."""
+    if "reset-not-ready" not in host.capabilities:
+        return None
+    readiness = host.get(ResetReadiness)
+    try:
+        readiness.delay_reset_ready(slot, HOLD_MAX_S)
+    except FaultError:  # the capability is the host's; this slot's device may lack it
+        return None
+    return readiness
+
+
+def _observe_fatal_recovery(host, runtime, slot: str, throughout: bool = False,
+                            preconditions=None) -> _Observation:
     """Inject a fatal error above `slot`'s device; from PROBE_START_MS after the injection,
     PROBERS threads ask to allocate the device, each one request at a time: a grant is released
     (and the release answered) before that prober asks again.
@@ -330,10 +350,48 @@ def _observe_fatal_recovery(host, runtime, slot: str, throughout: bool = False) 
     `throughout`: for a host whose injection returns after the kernel's window has ended (a real
     host over SSH: the write to /dev/aer_inject is done, and its window over, before the
     command's reply is back; its lag varies by hundreds of ms), the probers run from before the
-    injection."""
+    injection.
+
+    Where the host can hold the window open (`_hold_window_open`), it is held until HOLD_ANSWERS
+    answers came to requests sent REACTION_MS after the runtime's first refusal on the device's
+    health was back (the runtime's own sign that it knows of the error), then released: on a
+    loaded host a ~0.2 s kernel recovery otherwise closes before the probe's round trips (up to
+    1 s) can land inside it. A runtime that never refuses is held the whole HOLD_MAX_S, and its
+    grants fall inside the window. The hold is recorded as a precondition."""
     bdf = host.target_bdf(slot)
     offset_ns = kernel_minus_monotonic_ns(host)
     log_start = kernel_log_lines(host)[-1][0]
+    readiness = _hold_window_open(host, slot)
+    hold_record = None
+    if readiness is not None and preconditions is not None:
+        hold_record = preconditions.open_record(
+            "recovery_window_held", "the kernel's recovery window open while allocate was probed",
+            f"{HOLD_ANSWERS} answers to requests sent {REACTION_MS:.0f} ms after the runtime first "
+            f"refused the device on its health")
+    released = threading.Event()
+    release_lock = threading.Lock()
+
+    def release_when_answered() -> None:
+        """End the hold once HOLD_ANSWERS answers came to requests sent REACTION_MS after the
+        runtime's first refusal on the device's health was back: that reply came after the runtime
+        knew of the error, so after the kernel's error line."""
+        if readiness is None or released.is_set():
+            return
+        seen = sorted(list(answers), key=lambda answer: answer[0])
+        knew = min((replied for _, replied, a in seen if isinstance(a, RuntimeCallError) and not _held(a)),
+                   default=None)
+        if knew is None:
+            return
+        after_ns = knew + int(REACTION_MS * 1e6)
+        if sum(1 for sent, _, a in seen if sent >= after_ns and not _held(a)) < HOLD_ANSWERS:
+            return
+        with release_lock:
+            if not released.is_set():
+                readiness.delay_reset_ready(slot, None)
+                released.set()
+                if hold_record is not None:
+                    preconditions.close_record(hold_record, "event", time.monotonic_ns())
+
     go, stop = threading.Event(), threading.Event()
     start = {"at_ns": 0}  # host clock: when the probers begin
     answers: list[tuple[int, int, dict | RuntimeCallError]] = []  # (host sent, host replied, answer)
@@ -354,6 +412,7 @@ def _observe_fatal_recovery(host, runtime, slot: str, throughout: bool = False) 
             if isinstance(answer, dict):
                 lease = answer["lease"]
                 refused(lambda: runtime.call("release", {"lease": lease}))  # noqa: B023 (called at once)
+            release_when_answered()
             stop.wait(PROBE_EVERY_S)
 
     probers = [threading.Thread(target=probe, args=(i * PROBE_EVERY_S / PROBERS,),
@@ -374,11 +433,12 @@ def _observe_fatal_recovery(host, runtime, slot: str, throughout: bool = False) 
 
         fault = host.get("aer-fatal").aer_fatal(slot, on_injected=probe_from)
         port_bdf = fault.details["port_bdf"]
-        deadline = time.monotonic() + RECOVERY_TIMEOUT_S
+        deadline = time.monotonic() + RECOVERY_TIMEOUT_S + (HOLD_MAX_S if readiness is not None else 0.0)
         while (window := kernel_recovery_window(host, port_bdf, log_start)) is None:
             if time.monotonic() > deadline:
                 raise InfrastructureError(
-                    f"the guest kernel logged no AER recovery at {port_bdf} within {RECOVERY_TIMEOUT_S} s")
+                    f"the guest kernel logged no AER recovery at {port_bdf} within {RECOVERY_TIMEOUT_S} s"
+                    + (f" after the {HOLD_MAX_S:g} s hold" if readiness is not None else ""))
             stop.wait(0.05)
         stop.wait(0.2)  # the probe goes on a little past the recovery line
     finally:
@@ -386,11 +446,16 @@ def _observe_fatal_recovery(host, runtime, slot: str, throughout: bool = False) 
         stop.set()
         for prober in probers:
             prober.join(60)
+        if readiness is not None and not released.is_set():  # the deadline (or an error) ended it
+            released.set()
+            readiness.delay_reset_ready(slot, None)
+            if hold_record is not None:
+                preconditions.close_record(hold_record, "deadline", time.monotonic_ns())
     # the host clock mapped onto the runtime's through its event stream: least host receipt - ts_ns
     host_minus_runtime = min(e["host_ns"] - e["ts_ns"] for e in runtime.events(0))
     began, ended, outcome = window
     return _Observation(bdf, (began - offset_ns, ended - offset_ns, outcome), answers, host_minus_runtime,
-                        throughout)
+                        throughout, hold_record)
 
 
 def _healthy_slot(host, runtime, slots: list[str], timeout_s: float) -> str | None:
@@ -407,7 +472,7 @@ def _healthy_slot(host, runtime, slots: list[str], timeout_s: float) -> str | No
         return None
 
 
-def _judge_observations(host, runtime, slots: list[str], observations: list) -> bool:
+def _judge_observations(host, runtime, slots: list[str], observations: list, preconditions=None) -> bool:
     """Observe fatal errors one after another (appending to `observations`) until one window was
     covered by MIN_JUDGED answers: True; False when OBSERVATIONS ran out or no device was HEALTHY."""
     order = slots[:]
@@ -420,8 +485,11 @@ def _judge_observations(host, runtime, slots: list[str], observations: list) -> 
         slot = _healthy_slot(host, runtime, untried or order, HEALTHY_AGAIN_S)
         if slot is None:
             break
-        seen = _observe_fatal_recovery(host, runtime, slot, throughout)
+        seen = _observe_fatal_recovery(host, runtime, slot, throughout, preconditions)
         observations.append(seen)
+        if seen.hold is not None:
+            preconditions.settle(seen.hold, seen.judged() >= MIN_JUDGED,
+                                 f"{seen.judged()} answers judged inside the held window")
         throughout = throughout or seen.started_late()
         inside = [(g["lease"], round((g["granted_ns"] - seen.began) / 1e6, 1)) for g in seen.grants_inside()]
         assert not inside, (
@@ -453,7 +521,7 @@ def _leave_recovered(runtime, bdfs: set[str]) -> None:
 
 @pytest.mark.destructive
 @pytest.mark.needs("aer-fatal")
-def test_a_device_in_error_recovery_is_never_allocated(host):
+def test_a_device_in_error_recovery_is_never_allocated(host, preconditions):
     """From the moment the kernel logs an uncorrectable error above a device until its recovery
     ends, the device is not HEALTHY: an allocate is refused, however it is timed.
 
@@ -484,7 +552,7 @@ def test_a_device_in_error_recovery_is_never_allocated(host):
         f"precondition: none of the aer-fatal targets {slots} is HEALTHY")
     observations: list[_Observation] = []
     try:
-        if _judge_observations(host, runtime, slots, observations):
+        if _judge_observations(host, runtime, slots, observations, preconditions):
             return
     finally:
         _leave_recovered(runtime, {o.bdf for o in observations})
