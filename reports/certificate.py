@@ -20,6 +20,7 @@ from pathlib import Path
 
 from hilconform.fixtures.errors import BadInput
 
+from .json_file import check_schema
 from .run_folder import RunFolder
 from .verdicts import UNFINISHED_OUTCOMES, clause_verdict, overall_verdict
 
@@ -48,13 +49,7 @@ def schema() -> dict:
 
 
 def validate(certificate: dict) -> None:
-    import jsonschema
-
-    try:
-        jsonschema.validate(certificate, schema())
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
-        raise CertificateInvalid(f"certificate.json at {where}: {exc.message}") from None
+    check_schema(certificate, schema(), "certificate.json", CertificateInvalid)
 
 
 def figure_key(figure: dict) -> str:

@@ -36,7 +36,7 @@ from . import fleet_html
 from .certificate import SCHEMA_VERSION as CERTIFICATE_SCHEMA_VERSION
 from .certificate import CertificateInvalid, clause_order, validate
 from .diff import diff_certificates
-from .json_file import read_json
+from .json_file import check_schema, read_json
 from .lab_night import BadNight, Night, NightHost, read_night
 
 SCHEMA_VERSION = 1
@@ -329,13 +329,7 @@ def schema() -> dict:
 
 def check_fleet(fleet: dict, where: str) -> None:
     """BadFleet naming `where` and the key when `fleet` does not match fleet.schema.json."""
-    import jsonschema
-
-    try:
-        jsonschema.validate(fleet, schema())
-    except jsonschema.ValidationError as exc:
-        at = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
-        raise BadFleet(f"{where} at {at}: {exc.message}") from None
+    check_schema(fleet, schema(), where, BadFleet)
 
 
 def read_fleet(path: Path) -> dict:
