@@ -4,12 +4,14 @@ Why: an emulated node runs on a handful of host threads: QEMU's virtual CPUs and
 I/O thread, the device models' server threads, the NBD queue backends. On a loaded runner those
 threads are ready to run and wait for a CPU, and everything the guest does takes that much longer:
 the test bed's slowness, not the system under test's. The kernel keeps that wait per thread
-(/proc/PID/task/TID/schedstat, second field, ns). A sampler reads it every PERIOD_S and keeps the
-running sum over the threads, so that the wait inside any interval can be read afterwards.
+(/proc/PID/task/TID/schedstat, second field, ns). A sampler reads it every PERIOD_S.
 
-The kernel adds a wait to the count when the thread gets a CPU, so a wait is seen at its end: one
-that straddles an interval's start counts whole inside it, one that straddles its end not at all
-(each off by at most one wait, a few ms on a busy runner, rarely more).
+The kernel adds a wait to the count when the thread gets a CPU, so a wait is seen at its end: a
+thread credited d ns since the last sample waited during about [t - d, t] (t: this sample, off by
+at most one period). The sampler keeps the union of those intervals over every thread: threads
+that wait at once stall the guest once. (A running sum over the threads counted them once each:
+on a loaded runner a dozen of them, QEMU's, the models', the NBD backends', made every interval
+read as stalled whole, and a plugin that slept 30 s passed DP-01 at load 9.)
 
 A thread that sleeps (blocked on I/O, a timer, a lock, a guest that halts its CPU) accrues
 nothing: a runtime that waits on its own gets no allowance, and one that computes is charged its
@@ -34,28 +36,40 @@ RESCAN_S = 0.2  # between two looks for threads that came or went (a device mode
 
 @dataclass(frozen=True)
 class WaitSeries:
-    """The running sum of the watched threads' run delay (`waited_ns`) at host times `at_ns`
-    (CLOCK_MONOTONIC), both ascending."""
+    """When the watched threads waited for a CPU: disjoint intervals (`starts_ns`, `ends_ns`,
+    host CLOCK_MONOTONIC, ascending), and the union of what every thread waited."""
 
-    at_ns: tuple[int, ...]
-    waited_ns: tuple[int, ...]
+    starts_ns: tuple[int, ...]
+    ends_ns: tuple[int, ...]
 
     def waited_between(self, start_ns: int, end_ns: int) -> int:
-        """The watched threads' wait inside [start_ns, end_ns] of the host's clock (ns), each end read
-        between its two nearest samples as if the wait had grown evenly between them."""
-        if end_ns <= start_ns or not self.at_ns:
+        """How long inside [start_ns, end_ns] of the host's clock some watched thread waited (ns)."""
+        if end_ns <= start_ns:
             return 0
-        return max(0, self._sum_at(end_ns) - self._sum_at(start_ns))
+        first = bisect.bisect_right(self.ends_ns, start_ns)
+        last = bisect.bisect_left(self.starts_ns, end_ns)
+        return sum(max(0, min(self.ends_ns[i], end_ns) - max(self.starts_ns[i], start_ns))
+                   for i in range(first, last))
 
-    def _sum_at(self, t_ns: int) -> int:
-        i = bisect.bisect_right(self.at_ns, t_ns)
-        if i == 0:
-            return self.waited_ns[0]
-        if i == len(self.at_ns):
-            return self.waited_ns[-1]
-        t0, t1 = self.at_ns[i - 1], self.at_ns[i]
-        w0, w1 = self.waited_ns[i - 1], self.waited_ns[i]
-        return w0 + (w1 - w0) * (t_ns - t0) // max(1, t1 - t0)
+    @property
+    def total_ns(self) -> int:
+        return sum(e - s for s, e in zip(self.starts_ns, self.ends_ns, strict=True))
+
+
+class _Union:
+    """Intervals that arrive with non-decreasing ends, kept merged (a long wait credited late
+    swallows the shorter ones before it)."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+
+    def add(self, start: int, end: int) -> None:
+        while self.ends and self.ends[-1] >= start:
+            start = min(start, self.starts.pop())
+            end = max(end, self.ends.pop())
+        self.starts.append(start)
+        self.ends.append(end)
 
 
 def read_run_delay_ns(fd: int) -> int | None:
@@ -76,9 +90,8 @@ class ThreadWaitSampler:
         self._threads = threads
         self._period_s = period_s
         self._files: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, tid) -> (fd, last run delay)
-        self._total_ns = 0
-        self._at: list[int] = []
-        self._waited: list[int] = []
+        self._waits = _Union()
+        self.samples = 0
         self._stop = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="thread-wait-sampler", daemon=True)
@@ -98,7 +111,7 @@ class ThreadWaitSampler:
         self._files.clear()
         if self._error is not None:
             raise self._error
-        return WaitSeries(tuple(self._at), tuple(self._waited))
+        return WaitSeries(tuple(self._waits.starts), tuple(self._waits.ends))
 
     def _run(self) -> None:
         try:
@@ -126,16 +139,20 @@ class ThreadWaitSampler:
             self._files[key] = (fd, delay)
 
     def _sample(self) -> None:
+        now = time.monotonic_ns()
+        credited = []
         for key, (fd, last) in list(self._files.items()):
             delay = read_run_delay_ns(fd)
-            if delay is None:  # ended: what it waited stays in the sum
+            if delay is None:  # ended: what it waited stays in the union
                 os.close(fd)
                 del self._files[key]
                 continue
-            self._total_ns += delay - last
+            if delay > last:
+                credited.append(delay - last)
             self._files[key] = (fd, delay)
-        self._at.append(time.monotonic_ns())
-        self._waited.append(self._total_ns)
+        for waited in sorted(credited):  # each wait ended by now: it covered [now - waited, now]
+            self._waits.add(now - waited, now)
+        self.samples += 1
 
 
 def raise_priority() -> None:

@@ -12,23 +12,31 @@ import time
 import pytest
 
 from hilconform.emulators.guest_clock import MonotonicOffset
-from hilconform.emulators.thread_wait import ThreadWaitSampler, WaitSeries, process_threads
+from hilconform.emulators.thread_wait import ThreadWaitSampler, WaitSeries, _Union, process_threads
 from hilconform.fixtures.stall_witness import WaitedStalls
 
 BUSY = "while True: pass"
 
 
-def test_the_wait_inside_an_interval_is_read_between_the_samples_around_its_ends():
-    series = WaitSeries(at_ns=(0, 100, 200, 300), waited_ns=(0, 0, 50, 50))
+def test_the_wait_inside_an_interval_is_the_part_of_the_wait_intervals_inside_it():
+    series = WaitSeries(starts_ns=(150, 400), ends_ns=(200, 500))
     assert series.waited_between(100, 200) == 50
-    assert series.waited_between(150, 300) == 25  # half of the 100-200 sample's wait
-    assert series.waited_between(-50, 1000) == 50  # outside the samples: their first and last sums
+    assert series.waited_between(175, 450) == 75  # the end of one, the start of the other
+    assert series.waited_between(-50, 1000) == 150
+    assert series.waited_between(200, 400) == 0
     assert series.waited_between(200, 150) == 0
     assert WaitSeries((), ()).waited_between(0, 10) == 0
 
 
+def test_waits_credited_at_once_or_later_are_merged_into_one_union():
+    union = _Union()
+    for start, end in [(90, 100), (80, 100), (95, 105), (200, 210), (150, 220)]:
+        union.add(start, end)
+    assert (union.starts, union.ends) == ([80, 150], [105, 220])
+
+
 def test_the_guest_clock_is_mapped_with_its_drift_and_the_wait_is_at_most_the_interval():
-    waits = WaitSeries(at_ns=(1000, 2000, 3000), waited_ns=(0, 1000, 1000))
+    waits = WaitSeries(starts_ns=(1000,), ends_ns=(2000,))
     first = MonotonicOffset(offset_ns=1000, uncertainty_ns=0, guest_ns=0)
     last = MonotonicOffset(offset_ns=1100, uncertainty_ns=0, guest_ns=1000)  # the guest ran 10% slow
     stalls = WaitedStalls(waits, first, last)
@@ -63,10 +71,10 @@ def test_a_thread_that_shares_its_cpu_waits_and_one_that_sleeps_does_not():
             process.kill()
             process.wait()
     # The kernel counts a wait when the thread gets the CPU back: read up to the last sample.
-    waited = busy_waits.waited_between(start, busy_waits.at_ns[-1]) / 1e9
+    waited = busy_waits.waited_between(start, end) / 1e9
     assert 0.4 < waited < 2.0, f"a busy process sharing one CPU with two others waited {waited:.2f} s of 2 s"
     assert sleeper_waits.waited_between(start, end) < 5e6
-    assert len(busy_waits.at_ns) > 20  # sampled every few ms, not once
+    assert watched_busy.samples > 20  # sampled every few ms, not once
 
 
 def test_a_thread_that_ends_keeps_what_it_waited_and_a_new_one_counts_from_its_first_sample():
@@ -87,5 +95,29 @@ def test_a_thread_that_ends_keeps_what_it_waited_and_a_new_one_counts_from_its_f
         waits = sampler.stop()
         late.kill()
         late.wait()
-    assert waits.waited_ns == tuple(sorted(waits.waited_ns))  # a running sum never goes back
-    assert waits.waited_ns[-1] > 0.2e9
+    assert list(waits.starts_ns) == sorted(waits.starts_ns) and all(
+        s < e for s, e in zip(waits.starts_ns, waits.ends_ns, strict=True))
+    assert waits.total_ns > 0.2e9
+
+
+def test_threads_that_wait_at_once_count_once():
+    """Three busy processes on one CPU: each waits about two thirds of the time, so their waits
+    summed come to about twice the clock; watched together they count as the union, at most the
+    clock."""
+    busy = [_on_cpu0(BUSY) for _ in range(3)]
+    try:
+        each = [ThreadWaitSampler(lambda p=p: process_threads(p.pid)).start() for p in busy]
+        together = ThreadWaitSampler(lambda: [t for p in busy for t in process_threads(p.pid)]).start()
+        start = time.monotonic_ns()
+        time.sleep(1.5)
+        end = time.monotonic_ns()
+        union, apart = together.stop(), [sampler.stop() for sampler in each]
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+    elapsed = (end - start) / 1e9
+    waited = union.waited_between(start, end) / 1e9
+    summed = sum(w.waited_between(start, end) for w in apart) / 1e9
+    assert 0.2 < waited <= elapsed, f"three busy processes waited {waited:.2f} s of {elapsed:.2f} s"
+    assert summed > waited, f"summed {summed:.2f} s, union {waited:.2f} s of {elapsed:.2f} s"
