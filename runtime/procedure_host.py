@@ -159,9 +159,17 @@ class ProcedureHost:
                 dev.isolated = True
 
     def deallocate(self, run: procedures.Run, reason: str) -> list[dict]:
+        """DEALLOCATE to the holders (leases revoked), and to the orchestrator: the device-plugin
+        front end has sent the device out of service before the procedure goes on to take it off
+        the bus (bounded, front_end.REPORT_OUT_S)."""
         with self._lock:
             dev = self._own(run)
-            return self._revoke(dev, reason) if dev else []
+            notified = self._revoke(dev, reason) if dev else []
+        if dev is not None and self.front_end is not None:
+            if not self.front_end.report_out_of_service(dev.bdf):
+                _log.warning("%s: the device plugin's streams were not sent %s's loss in time",
+                             run.run_id, dev.bdf)
+        return notified
 
     def topology_leave(self, run: procedures.Run, cause: str) -> dict:
         with self._lock:

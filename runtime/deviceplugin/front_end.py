@@ -24,6 +24,7 @@ import os
 import queue
 import re
 import threading
+import time
 
 import grpc
 
@@ -51,6 +52,7 @@ MAX_MESSAGE_BYTES = 4 << 20
 REGISTER_TIMEOUT_S = 5.0
 WATCH_S = 0.2  # how often an endpoint looks for its socket (gone: the kubelet restarted)
 RETRY_S = 1.0  # between registration attempts while the kubelet does not answer
+REPORT_OUT_S = 2.0  # an orderly removal waits at most this long for the kubelet to be sent the loss
 _CHILD_FUNCTION = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
@@ -75,7 +77,9 @@ class Endpoint:
         self.registered = False
         self.devices: tuple[Device, ...] = ()
         self._streams: list[queue.Queue] = []
+        self._handed: dict[int, tuple[Device, ...]] = {}  # id(stream) -> the set gRPC last took from it
         self._lock = threading.Lock()
+        self._taken = threading.Condition(self._lock)
 
     # -- serving -------------------------------------------------------------------------------
     def serve(self) -> None:
@@ -142,6 +146,7 @@ class Endpoint:
             first = self.devices
         try:
             yield ListAndWatchResponse(devices=first)
+            self._took(stream, first)
             while context.is_active():
                 try:
                     devices = stream.get(timeout=1.0)
@@ -150,10 +155,28 @@ class Endpoint:
                 if devices is None:
                     return
                 yield ListAndWatchResponse(devices=devices)
+                self._took(stream, devices)
         finally:
             with self._lock:
                 if stream in self._streams:
                     self._streams.remove(stream)
+                self._handed.pop(id(stream), None)
+                self._taken.notify_all()
+
+    def _took(self, stream: queue.Queue, devices: tuple[Device, ...]) -> None:
+        """gRPC asked for the next message, so it has sent this one towards the kubelet."""
+        with self._lock:
+            self._handed[id(stream)] = devices
+            self._taken.notify_all()
+
+    def wait_reported_out(self, device_id: str, timeout_s: float) -> bool:
+        """Until every open ListAndWatch stream has sent a set without `device_id` Healthy (False:
+        not by `timeout_s`). No stream open: nobody to tell, True."""
+        def reported() -> bool:
+            return all(not any(d.ID == device_id and d.health == HEALTHY for d in self._handed.get(id(s), ()))
+                       and id(s) in self._handed for s in self._streams)
+        with self._lock:
+            return self._taken.wait_for(reported, timeout_s)
 
     def GetPreferredAllocation(self, request, context) -> PreferredAllocationResponse:
         healthy = {d.ID for d in self.devices if d.health == HEALTHY}
@@ -214,6 +237,22 @@ class DevicePluginFrontEnd:
 
     def notify(self, _event: str = "") -> None:
         self._wake.set()
+
+    def report_out_of_service(self, bdf: str, timeout_s: float = REPORT_OUT_S) -> bool:
+        """Publish now and wait until the kubelet's streams have been sent `bdf`'s device out of
+        service (Unhealthy or gone): an orderly removal calls it before the device leaves the bus,
+        so the kubelet hears of the removal first (DP-07). Bounded: a stuck stream never holds a
+        removal longer than `timeout_s`."""
+        with self.service._lock:
+            dev = self.service.devices.get(bdf)
+            if dev is None:
+                return True
+            device_id = dev.info.fingerprint
+            kind = f"{dev.info.vendor_id:04x}:{dev.info.device_id:04x}"
+        self._wake.set()
+        deadline = time.monotonic() + timeout_s
+        return all(endpoint.wait_reported_out(device_id, max(0.0, deadline - time.monotonic()))
+                   for endpoint in self.endpoints if kind in endpoint.ids)
 
     def stop(self) -> None:
         self._stop.set()
