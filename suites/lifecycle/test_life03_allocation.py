@@ -54,6 +54,7 @@ from hilconform.fixtures.guest_kernel_log import (
     kernel_recovery_window,
 )
 from hilconform.fixtures.host_protocol import ResetReadiness
+from hilconform.fixtures.preconditions import RELEASED_BY_DEADLINE, RELEASED_BY_EVENT
 from hilconform.fixtures.runtime_client import RuntimeCallError, RuntimeUnresponsive
 
 pytestmark = pytest.mark.clause("LIFE-03")
@@ -371,26 +372,30 @@ def _observe_fatal_recovery(host, runtime, slot: str, throughout: bool = False,
     released = threading.Event()
     release_lock = threading.Lock()
 
+    def end_hold(released_by: str) -> None:
+        """The device ready again at once (the kernel's recovery goes on), the hold recorded."""
+        with release_lock:
+            if readiness is None or released.is_set():
+                return
+            readiness.delay_reset_ready(slot, None)
+            released.set()
+            if hold_record is not None:
+                preconditions.close_record(hold_record, released_by, time.monotonic_ns())
+
     def release_when_answered() -> None:
         """End the hold once HOLD_ANSWERS answers came to requests sent REACTION_MS after the
         runtime's first refusal on the device's health was back: that reply came after the runtime
         knew of the error, so after the kernel's error line."""
         if readiness is None or released.is_set():
             return
-        seen = sorted(list(answers), key=lambda answer: answer[0])
+        seen = list(answers)
         knew = min((replied for _, replied, a in seen if isinstance(a, RuntimeCallError) and not _held(a)),
                    default=None)
         if knew is None:
             return
         after_ns = knew + int(REACTION_MS * 1e6)
-        if sum(1 for sent, _, a in seen if sent >= after_ns and not _held(a)) < HOLD_ANSWERS:
-            return
-        with release_lock:
-            if not released.is_set():
-                readiness.delay_reset_ready(slot, None)
-                released.set()
-                if hold_record is not None:
-                    preconditions.close_record(hold_record, "event", time.monotonic_ns())
+        if sum(1 for sent, _, a in seen if sent >= after_ns and not _held(a)) >= HOLD_ANSWERS:
+            end_hold(RELEASED_BY_EVENT)
 
     go, stop = threading.Event(), threading.Event()
     start = {"at_ns": 0}  # host clock: when the probers begin
@@ -446,11 +451,7 @@ def _observe_fatal_recovery(host, runtime, slot: str, throughout: bool = False,
         stop.set()
         for prober in probers:
             prober.join(60)
-        if readiness is not None and not released.is_set():  # the deadline (or an error) ended it
-            released.set()
-            readiness.delay_reset_ready(slot, None)
-            if hold_record is not None:
-                preconditions.close_record(hold_record, "deadline", time.monotonic_ns())
+        end_hold(RELEASED_BY_DEADLINE)  # where no answers ended it: the deadline (or an error) did
     # the host clock mapped onto the runtime's through its event stream: least host receipt - ts_ns
     host_minus_runtime = min(e["host_ns"] - e["ts_ns"] for e in runtime.events(0))
     began, ended, outcome = window
