@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from hilconform.emulators import vm as vm_module
-from hilconform.emulators.errors import InfrastructureError
+from hilconform.emulators.errors import BadInput, InfrastructureError
 from hilconform.emulators.faults import FaultInjector
 from hilconform.emulators.hotplug import hot_add
 from hilconform.emulators.pci_inventory import function_below, guest_lspci, query_pci
@@ -79,7 +79,7 @@ def test_a_host_of_sixteen_slots_boots_and_hot_adds_into_its_last_slot(tmp_path)
 
 
 def test_too_many_slots_is_a_profile_error(tmp_path):
-    with pytest.raises(InfrastructureError, match="at most 120 root ports"):
+    with pytest.raises(BadInput, match="at most 120 root ports"):
         load_profile(_wide_profile(tmp_path, slots=121))
 
 
