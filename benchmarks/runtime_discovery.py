@@ -69,12 +69,12 @@ def measure_hot_adds(adds: int, mode: str) -> None:
         events, host_latency = [], []
         for i in range(adds):
             mark = runtime.mark()
-            added = host.hot_add(slot.name, device_id=f"bench{i}")
+            added = host.get("hot-add").hot_add(slot.name, device_id=f"bench{i}")
             event = runtime.wait_event("discovered", mark, timeout_s=20,
                                        match=lambda d, bdf=added.bdf: d["device"] == bdf)
             events.append((added.bdf, event["ts_ns"], event["data"].get("udev_received_ns")))
             host_latency.append((event["host_ns"] - added.returned_ns) / 1e6)
-            host.remove(added.device_id)
+            host.get("hot-add").remove(added.device_id)
         raw = udev_add_times(host)
         if any(len(raw.get(bdf, [])) < adds for bdf, *_ in events):
             raise SystemExit(f"udev monitor saw {raw}, expected {adds} adds")

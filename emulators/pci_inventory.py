@@ -51,6 +51,7 @@ def _walk(devices: list[dict], out: list[PciFunction]) -> None:
             _walk(bridge.get("devices", []), out)
 
 
+BDF = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")  # a full PCI address, domain first
 _LSPCI_LINE = re.compile(r"^(\S+) ([0-9a-f]{4}): ([0-9a-f]{4}):([0-9a-f]{4})")
 
 

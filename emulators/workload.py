@@ -26,10 +26,9 @@ import time
 from dataclasses import dataclass
 
 from .errors import FaultError, GuestAgentError, WaitTimeout
-from .pci_inventory import PciFunction, function_below, query_pci
+from .pci_inventory import BDF, PciFunction, function_below, query_pci
 
 POLL_S = 0.05
-BDF_RE = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 
 
 # -- the guest's view of a slot's queue device ---------------------------------------------------
@@ -44,7 +43,7 @@ def slot_device(vm, slot_name: str) -> PciFunction | None:
 
 def block_device(agent, bdf: str, timeout_s: float = 10.0) -> str:
     """`/dev/nvmeXnY` of the nvme at `bdf` in the guest, waiting (deadline) for it to appear."""
-    if not BDF_RE.fullmatch(bdf):
+    if not BDF.fullmatch(bdf):
         raise ValueError(f"not a PCI address: {bdf!r}")
     pattern = f"/sys/bus/pci/devices/{bdf}/nvme/nvme*/nvme*n*"
     deadline = time.monotonic() + timeout_s

@@ -27,9 +27,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..errors import FaultError
+from ..host_action import action, capabilities_served
 from .aer import CORRECTABLE_ERRORS, FATAL_ERRORS, NONFATAL_ERRORS, AerFaults
 from .base import (
-    ALL_CAPABILITIES,
     MODEL_CAPABILITIES,
     QUEUE_CAPABILITIES,
     FaultRecord,
@@ -41,6 +41,7 @@ from .config import ConfigFaults
 from .hotplug import HotplugFaults
 from .model import ModelFaults
 from .queue import QueueFaults, QueueStall
+from .reset import ResetFaults
 
 __all__ = [
     "ALL_CAPABILITIES", "CORRECTABLE_ERRORS", "FATAL_ERRORS", "MODEL_CAPABILITIES", "NONFATAL_ERRORS",
@@ -49,7 +50,7 @@ __all__ = [
 ]
 
 
-class FaultInjector(HotplugFaults, AerFaults, ModelFaults, QueueFaults, ConfigFaults):
+class FaultInjector(HotplugFaults, AerFaults, ModelFaults, QueueFaults, ConfigFaults, ResetFaults):
     """The faults an emulated host can suffer, each verified to have taken effect.
 
     Use as a context manager (or call restore_all()) to undo the faults still in
@@ -65,6 +66,7 @@ class FaultInjector(HotplugFaults, AerFaults, ModelFaults, QueueFaults, ConfigFa
     def __exit__(self, *exc) -> None:
         self.restore_all()
 
+    @action()
     def restore_all(self) -> None:
         """Undo every fault of this injector still in effect; FaultError lists what failed."""
         for slot, stall in list(self._stalls.items()):
@@ -76,10 +78,13 @@ class FaultInjector(HotplugFaults, AerFaults, ModelFaults, QueueFaults, ConfigFa
             *((self.restore_config, s) for s in sorted(self._lost_config)),
         ]
         problems = self.restore_model_faults()
-        for action, slot in undo:
+        for undo_one, slot in undo:
             try:
-                action(slot)
+                undo_one(slot)
             except FaultError as exc:
                 problems.append(str(exc))
         if problems:
             raise FaultError("restoring faults failed: " + "; ".join(problems))
+
+
+ALL_CAPABILITIES = capabilities_served(FaultInjector)  # what its actions declare

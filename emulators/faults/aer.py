@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 
 from ..errors import FaultError
+from ..host_action import action
 from .base import FaultRecord, FaultsBase
 
 OnInjected = Callable[[int], None] | None  # called with injected_ns once the error is in
@@ -29,6 +30,7 @@ CORRECTABLE_ERRORS = frozenset({
 
 
 class AerFaults(FaultsBase):
+    @action("aer-nonfatal")
     def aer_nonfatal(self, target: str, error: str = "UNSUP", wait_recovery: bool = False,
                      timeout_s: float = AER_TIMEOUT_S, on_injected: OnInjected = None) -> FaultRecord:
         """Uncorrectable non-fatal error at the port above the target's device."""
@@ -37,6 +39,7 @@ class AerFaults(FaultsBase):
                              f"uncorrectable error (use one of {', '.join(sorted(NONFATAL_ERRORS))})")
         return self.aer(target, error, wait_recovery, timeout_s, on_injected)
 
+    @action("aer-fatal")
     def aer_fatal(self, target: str, error: str = "DLP", wait_recovery: bool = False,
                   timeout_s: float = AER_TIMEOUT_S, on_injected: OnInjected = None) -> FaultRecord:
         """Uncorrectable fatal error at the port above the target's device (link reset)."""
@@ -45,6 +48,7 @@ class AerFaults(FaultsBase):
                              f"error (use one of {', '.join(sorted(FATAL_ERRORS))})")
         return self.aer(target, error, wait_recovery, timeout_s, on_injected)
 
+    @action("aer-nonfatal", "aer-fatal")
     def aer(self, target: str, error: str, wait_recovery: bool = False,
             timeout_s: float = AER_TIMEOUT_S, on_injected: OnInjected = None) -> FaultRecord:
         """HMP `pcie_aer_inject_error <port> <error>`; verified by the port's AER counters.

@@ -1,6 +1,6 @@
 """What every fault family shares: the record, target resolution, capabilities, checks.
 
-The fault families (hotplug, aer, queue, config) are mixins over `FaultsBase`;
+The fault families (hotplug, aer, queue, config, reset, model) are mixins over `FaultsBase`;
 `FaultInjector` in this package's __init__ joins them.
 """
 
@@ -10,19 +10,18 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import FaultError, QmpError
+from ..host_action import capabilities_served
 from ..pci_inventory import PciFunction, query_pci
 from ..profile import DeviceKind, HostProfile, Slot
 from ..workload import Workload
 
-# Names from the one capability vocabulary (fixtures/capabilities.toml).
+# Where each capability applies, in names of the one vocabulary (fixtures/capabilities.toml); what
+# serves it is the action declaring it (emulators/host_action.py).
 QUEUE_CAPABILITIES = frozenset({"queue-stall", "queue-slow", "queue-error"})
 MODEL_CAPABILITIES = frozenset({  # a device model's queue has no I/O errors; only models fall off etc.
     "queue-stall", "queue-slow", "fell-off-bus", "firmware-mismatch", "link-degrade", "reset-not-ready",
 })
 SLOT_CAPABILITIES = frozenset({"hot-add", "aer-nonfatal", "aer-fatal", "config-loss", "reset"})
-ALL_CAPABILITIES = frozenset({
-    *SLOT_CAPABILITIES, "orderly-removal", "surprise-removal", *QUEUE_CAPABILITIES, *MODEL_CAPABILITIES,
-})
 POLL_S = 0.05
 
 
@@ -111,9 +110,10 @@ class FaultsBase:
 
     def require(self, capability: str, slot_name: str | None = None) -> None:
         """Raise FaultError if the host (or the slot) lacks a capability."""
-        if capability not in ALL_CAPABILITIES:
+        served = capabilities_served(type(self))
+        if capability not in served:
             raise FaultError(f"unknown fault capability {capability!r} (known: "
-                             f"{', '.join(sorted(ALL_CAPABILITIES))})")
+                             f"{', '.join(sorted(served))})")
         have = self.slot_capabilities(slot_name) if slot_name else self.capabilities
         if capability not in have:
             where = f"slot {slot_name} of " if slot_name else ""

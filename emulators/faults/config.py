@@ -6,6 +6,7 @@ import re
 import time
 
 from ..errors import FaultError
+from ..host_action import action
 from .base import FaultRecord, FaultsBase
 
 CONFIG_TIMEOUT_S = 10.0
@@ -17,6 +18,7 @@ _HEX = re.compile(r"^[0-9a-f]+$")
 class ConfigFaults(FaultsBase):
     """Needs AerFaults beside it (FaultInjector): a driver-bound device is repaired by AER recovery."""
 
+    @action("config-loss")
     def lose_config(self, target: str, timeout_s: float = CONFIG_TIMEOUT_S) -> FaultRecord:
         """Raw secondary bus reset at the port, behind the driver: the device loses its config.
 
@@ -52,6 +54,7 @@ class ConfigFaults(FaultsBase):
                            time.monotonic_ns(), {"bdf": bdf, "port_bdf": port,
                                                  "before": _hexdict(before), "after": _hexdict(after)})
 
+    @action("config-loss")
     def restore_config(self, target: str, timeout_s: float = CONFIG_TIMEOUT_S) -> FaultRecord:
         """Give a device back the config lose_config() took.
 

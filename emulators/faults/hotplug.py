@@ -5,19 +5,25 @@ from __future__ import annotations
 import time
 
 from ..errors import FaultError, QmpError, WaitTimeout
+from ..host_action import action, query
 from ..hotplug import hot_add as qemu_hot_add
-from ..pci_inventory import query_pci
+from ..hotplug_records import HotAdd
+from ..pci_inventory import BDF, query_pci
 from ..vfio_user.hot_add import release_model
 from .base import FaultRecord, FaultsBase
 
-HOT_ADD_TIMEOUT_S = 20.0
 REMOVAL_TIMEOUT_S = {"native": 20.0, "acpi": 10.0}
 
 
 class HotplugFaults(FaultsBase):
+    @action("hot-add")
     def hot_add(self, slot: str, kind: str | None = None, device_id: str | None = None,
-                timeout_s: float = HOT_ADD_TIMEOUT_S) -> FaultRecord:
-        """device_add a stand-in into an empty slot; verified when the guest has the device."""
+                serial_number: int | None = None) -> HotAdd:
+        """device_add a unit into an empty slot (a stand-in, or the model the slot accepts, its
+        server started first); returns once QEMU lists it below the slot's port, its `returned_ns`
+        taken when device_add returned. Whether the guest has it yet is `guest_has_device`'s to say.
+
+        `serial_number`: for a device model, the DSN of the unit added (default: the slot's own)."""
         fault = "hot-add"
         target = self._resolve(fault, slot, need_device=False)
         if target.device is not None:
@@ -27,24 +33,50 @@ class HotplugFaults(FaultsBase):
         if kind_name not in self.vm.profile.kinds:
             raise FaultError(f"{fault} at {slot}: unknown device kind {kind_name!r} (known: "
                              f"{', '.join(sorted(self.vm.profile.kinds))})")
-        requested_ns = time.monotonic_ns()
         try:
-            added = qemu_hot_add(self.vm, target.name, kind_name, device_id)
+            return qemu_hot_add(self.vm, target.name, kind_name, device_id, serial_number)
         except QmpError as exc:
             raise FaultError(f"{fault} at {slot}: {exc}") from None
-        result = self.vm.agent.run(
-            ["udevadm", "wait", f"--timeout={max(1, round(timeout_s))}",
-             f"/sys/bus/pci/devices/{added.bdf}"], timeout_s=timeout_s + 10)
-        if result.exit_code != 0:
-            raise FaultError(f"{fault} at {slot}: QEMU added {added.device_id} but the guest did "
-                             f"not show {added.bdf} within {timeout_s:.0f}s")
-        return FaultRecord(fault, target.name, added.device_id, requested_ns, added.returned_ns,
-                           time.monotonic_ns(), {"bdf": added.bdf, "kind": kind_name})
 
+    @action("hot-add")
+    def hot_add_prepared(self, properties: dict) -> int:
+        """device_add a unit made ready by `host.unit(slot).add_properties(...)`, for a test that
+        times each add itself (DISC-04's storm); when QEMU answered (this controller's monotonic
+        ns). Whether QEMU lists it is the test's to check (`ground_truth`)."""
+        self._qmp("hot-add", properties.get("id", "?"), "device_add", properties)
+        return time.monotonic_ns()
+
+    @query("hot-add", "orderly-removal", "surprise-removal")
+    def guest_has_device(self, bdf: str, timeout_s: float) -> bool:
+        """Wait (the guest's udev, with a deadline) until the guest has the device; False on timeout."""
+        if not BDF.fullmatch(bdf):
+            raise FaultError(f"guest_has_device: not a PCI address: {bdf!r}")
+        result = self.vm.agent.run(
+            ["udevadm", "wait", f"--timeout={max(1, round(timeout_s))}", f"/sys/bus/pci/devices/{bdf}"],
+            timeout_s=timeout_s + 10)
+        return result.exit_code == 0
+
+    @action("orderly-removal", "surprise-removal")
+    def remove(self, target: str, timeout_s: float | None = None) -> FaultRecord:
+        """The removal this host's hot-plug mode gives (native pciehp: the attention button, an
+        orderly removal; ACPI: a removal without warning); returns once QEMU reported the device
+        deleted (`verified_ns`), `requested_ns` taken just before device_del."""
+        if self.vm.profile.hotplug_mode == "native":
+            return self.remove_orderly(target, timeout_s)
+        return self.remove_surprise(target, timeout_s)
+
+    @query("orderly-removal", "surprise-removal")
+    def departures(self) -> Departures:
+        """Started now: waits for devices that leave the host from now on, however the removal began
+        (the runtime's own orderly removal, a slot powered off in the guest)."""
+        return Departures(self.vm)
+
+    @action("orderly-removal")
     def remove_orderly(self, target: str, timeout_s: float | None = None) -> FaultRecord:
         """Attention-button removal (native pciehp): device_del, then DEVICE_DELETED (~6.2 s)."""
         return self._remove("orderly-removal", target, timeout_s)
 
+    @action("surprise-removal")
     def remove_surprise(self, target: str, timeout_s: float | None = None) -> FaultRecord:
         """Removal without warning (ACPI hot-plug host): device_del, gone in ~0.1 s."""
         return self._remove("surprise-removal", target, timeout_s)
@@ -81,3 +113,26 @@ class HotplugFaults(FaultsBase):
             release_model(self.vm, target.name)  # the model's server goes with the device
         return FaultRecord(fault, target.name, device_id, requested_ns, injected_ns,
                            event["host_ns"], {"bdf": target.device.bdf, "hotplug_mode": mode})
+
+
+class Departures:
+    """Devices leaving a QEMU host from a moment on: QEMU's DEVICE_DELETED after it."""
+
+    def __init__(self, vm):
+        self.vm = vm
+        self.names = {f.bdf: f.qdev_id for f in query_pci(vm.qmp) if f.qdev_id}
+        self.mark = vm.qmp.mark()
+
+    def wait_gone(self, bdf: str, timeout_s: float) -> int | None:
+        """When (this controller's monotonic ns) QEMU reported the device at `bdf` when the watch
+        began deleted; None by the deadline."""
+        device_id = self.names.get(bdf)
+        if device_id is None:
+            raise FaultError(f"departure of {bdf}: QEMU had no device there when the watch began")
+        try:
+            event = self.vm.qmp.wait_event("DEVICE_DELETED", after=self.mark, timeout_s=timeout_s,
+                                           match=lambda data: data.get("device") == device_id,
+                                           alive=self.vm.check_alive)
+        except WaitTimeout:
+            return None
+        return event["host_ns"]

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from ..errors import FaultError, QmpError
+from ..host_action import action
 from ..vfio_user import guest_bar
 from ..vfio_user.hot_add import hot_add_model
 from ..vfio_user.registers import register_map
@@ -98,6 +99,7 @@ class ModelFaults(FaultsBase):
         return self._wait(fault, target.name, timeout_s, probe, awaited)
 
     # -- queue ----------------------------------------------------------------------------------
+    @action("queue-stall")
     def stall_queue(self, target: str, resume_after_s: float | None = None, probe: bool = True,
                     timeout_s: float = STALL_TIMEOUT_S) -> QueueStall:
         """Model: stick the queue; with nothing in flight, STUCK_COMMANDS are submitted from the
@@ -138,6 +140,7 @@ class ModelFaults(FaultsBase):
         self._stalls[resolved.name] = stall
         return stall
 
+    @action("queue-stall")
     def resume_queue(self, target: str, timeout_s: float = STALL_TIMEOUT_S) -> FaultRecord:
         """Model: unstick the queue; verified when the guest reads the queue drained."""
         resolved = self._model_target("queue-resume", target)
@@ -160,6 +163,7 @@ class ModelFaults(FaultsBase):
         return self._record(fault, resolved, min(requested_ns, resumed_ns), resumed_ns,
                             {"in_flight": after["queue_in_flight"]})
 
+    @action("queue-slow")
     def slow_queue(self, target: str, iops: int = 1, timeout_s: float = 20.0) -> FaultRecord:
         """Model: each command takes 1/iops s; verified by two commands from the guest not being
         done before 2/iops s have passed."""
@@ -190,6 +194,7 @@ class ModelFaults(FaultsBase):
         details["checked_after_s"] = round(elapsed, 3)
         return self._record(fault, resolved, requested_ns, injected_ns, details)
 
+    @action("queue-slow")
     def restore_queue_speed(self, target: str) -> FaultRecord:
         resolved = self._model_target("queue-slow-lift", target)
         if resolved is None:
@@ -200,6 +205,7 @@ class ModelFaults(FaultsBase):
         return self._record("queue-slow-lift", resolved, requested_ns, time.monotonic_ns(), {})
 
     # -- faults only models have ------------------------------------------------------------------
+    @action("fell-off-bus")
     def fall_off_bus(self, target: str, fallen: bool = True,
                      timeout_s: float = STALL_TIMEOUT_S) -> FaultRecord:
         """Every read returns all ones, no hot-plug event; verified by the guest's BAR0 read."""
@@ -233,6 +239,7 @@ class ModelFaults(FaultsBase):
         (slots.add if on else slots.discard)(resolved.name)
         return resolved, device, requested_ns, injected_ns
 
+    @action("firmware-mismatch")
     def mismatch_firmware(self, target: str, version: str | None = "0.0.1",
                           timeout_s: float = STALL_TIMEOUT_S) -> FaultRecord:
         """The firmware register reports `version` (None: the model's own); verified in the guest."""
@@ -245,6 +252,7 @@ class ModelFaults(FaultsBase):
                              timeout_s)
         return self._record(fault, resolved, requested_ns, injected_ns, {"version": version})
 
+    @action("firmware-mismatch")
     def hot_add_with_firmware(self, slot: str, version: str = "0.0.1", device_id: str | None = None,
                               timeout_s: float = HOT_ADD_TIMEOUT_S) -> FaultRecord:
         """Hot-add the model an empty slot accepts, its firmware register reporting `version` from
@@ -279,6 +287,7 @@ class ModelFaults(FaultsBase):
         return self._record(fault, target, requested_ns, added.returned_ns,
                             {"bdf": added.bdf, "kind": kind.name, "version": version})
 
+    @action("reset-not-ready")
     def delay_reset_ready(self, target: str, ready_after_s: float | None = 4.0) -> FaultRecord:
         """After its next resets (FLR, device reset) the card stays not ready for ready_after_s: every
         read returns all ones, so the guest kernel's reset waits, polling config space ("not ready
@@ -291,6 +300,7 @@ class ModelFaults(FaultsBase):
             bool(ready_after_s))
         return self._record(fault, resolved, requested_ns, injected_ns, {"ready_after_s": ready_after_s})
 
+    @action("link-degrade")
     def degrade_link(self, target: str, speed: str | None = "8", width: int | None = 8,
                      timeout_s: float = STALL_TIMEOUT_S) -> FaultRecord:
         """Link Status below the capability (None, None: trained at capability); verified by lspci."""
@@ -308,6 +318,7 @@ class ModelFaults(FaultsBase):
         return self._record(fault, resolved, requested_ns, injected_ns,
                             {"speed": speed, "width": width, "lnksta": line.strip()})
 
+    @action()
     def restore_model_faults(self) -> list[str]:
         """Undo fell-off-bus, firmware and link faults still in effect; the problems met.
 
@@ -318,13 +329,13 @@ class ModelFaults(FaultsBase):
             for slot in list(slots):
                 if self._resolve("restore", slot, need_device=False).device is None:
                     slots.discard(slot)
-        for action, slots in ((lambda s: self.fall_off_bus(s, False), self._fallen),
-                              (lambda s: self.mismatch_firmware(s, None), self._firmware),
-                              (lambda s: self.degrade_link(s, None, None), self._degraded),
-                              (lambda s: self.delay_reset_ready(s, None), self._slow_reset)):
+        for undo_one, slots in ((lambda s: self.fall_off_bus(s, False), self._fallen),
+                                (lambda s: self.mismatch_firmware(s, None), self._firmware),
+                                (lambda s: self.degrade_link(s, None, None), self._degraded),
+                                (lambda s: self.delay_reset_ready(s, None), self._slow_reset)):
             for slot in sorted(slots):
                 try:
-                    action(slot)
+                    undo_one(slot)
                 except FaultError as exc:
                     problems.append(str(exc))
         return problems

@@ -12,6 +12,7 @@ import threading
 import time
 
 from ..errors import FaultError, WaitTimeout
+from ..host_action import action
 from ..qemu_command import queue_format_node, queue_nbd_node, queue_node, throttle_group
 from ..workload import block_device, io_stats, read_blocks
 from .base import FaultRecord, FaultsBase
@@ -106,6 +107,17 @@ class QueueStall:
 
 
 class QueueFaults(FaultsBase):
+    @action("queue-stall", "queue-slow", "queue-error")
+    def start_reads(self, target: str) -> bool:
+        """Reads in flight on the slot's block device, over and over until the device goes or the
+        host stops (work a removal or a stall then finds); False, and nothing started, where the
+        unit has no block device of its own to read (a device model's queue is its registers)."""
+        if not self.workload.has_block_device(target):
+            return False
+        self.workload.start_reads(target)
+        return True
+
+    @action("queue-stall")
     def stall_queue(self, target: str, resume_after_s: float | None = None, probe: bool = True,
                     timeout_s: float = STALL_TIMEOUT_S) -> QueueStall:
         """SIGSTOP the slot's qemu-nbd: requests in flight hang until resumed.
@@ -155,6 +167,7 @@ class QueueFaults(FaultsBase):
         self._stalls[resolved.name] = stall
         return stall
 
+    @action("queue-stall")
     def resume_queue(self, target: str, timeout_s: float = STALL_TIMEOUT_S) -> FaultRecord:
         """SIGCONT the slot's qemu-nbd; verified when the stuck requests complete."""
         fault = "queue-resume"
@@ -185,6 +198,7 @@ class QueueFaults(FaultsBase):
                            time.monotonic_ns(),
                            {"device": device, "in_flight": after.in_flight, "resumed_by": by})
 
+    @action("queue-slow")
     def slow_queue(self, target: str, iops: int = 1, timeout_s: float = IO_TIMEOUT_S) -> FaultRecord:
         """Limit the slot's queue to `iops` requests/s (its throttle group's iops-total).
 
@@ -215,6 +229,7 @@ class QueueFaults(FaultsBase):
         return FaultRecord(fault, resolved.name, resolved.device.qdev_id, requested_ns, injected_ns,
                            time.monotonic_ns(), details)
 
+    @action("queue-slow")
     def restore_queue_speed(self, target: str) -> FaultRecord:
         """Lift the slot's throttle limit (iops-total 0 = unlimited); verified by QOM."""
         fault = "queue-slow-lift"
@@ -235,6 +250,7 @@ class QueueFaults(FaultsBase):
             raise FaultError(f"{fault} at {target}: {path} reads back iops-total "
                              f"{limits.get('iops-total')}, not {iops}")
 
+    @action("queue-error")
     def inject_io_errors(self, target: str, timeout_s: float = IO_TIMEOUT_S) -> FaultRecord:
         """Make every request on the slot's queue fail (blkdebug swapped in under its raw node).
 
@@ -270,6 +286,7 @@ class QueueFaults(FaultsBase):
                            time.monotonic_ns(),
                            {"device": device, "guest_error": read.stderr.splitlines()[0]})
 
+    @action("queue-error")
     def clear_io_errors(self, target: str, timeout_s: float = IO_TIMEOUT_S) -> FaultRecord:
         """Put the NBD node back under the raw node and drop blkdebug; verified by a good read."""
         fault = "io-errors-clear"

@@ -27,6 +27,7 @@ from dp_support import (
 )
 
 from hilconform.fixtures.floor_judgement import judge_less_stalls
+from hilconform.fixtures.host_protocol import HotPlug
 from hilconform.fixtures.stall_witness import stalled_ms
 from hilconform.fixtures.uevent_witness import GuestUeventWitness
 
@@ -53,7 +54,7 @@ def test_a_device_added_to_an_empty_slot_is_advertised(host_factory, measurement
             stall_witness = host.stall_witness()
             witness = GuestUeventWitness(host)
             try:
-                added = host.hot_add(slot.name)
+                added = host.get(HotPlug).hot_add(slot.name)
                 resource = resource_of(plugin, host, added.bdf)
                 before = lists[resource.name]
                 grown = wait_list(  # an ID listed Unhealthy before (lost earlier) is not judged

@@ -172,7 +172,7 @@ def qemu_functions(host) -> dict[str, QemuFunction]:
             if bridge:
                 walk(bridge.get("devices", []), dev.get("qdev_id") or bdf)
 
-    for bus in host.vm.qmp.execute("query-pci"):
+    for bus in host.get("qmp").bus_tree():
         walk(bus["devices"], None)
     return out
 

@@ -42,6 +42,7 @@ from discovery_support import (
 
 from hilconform.fixtures.errors import InfrastructureError
 from hilconform.fixtures.floor_judgement import FloorBudgets, judge_over_floor
+from hilconform.fixtures.host_protocol import HotPlug
 from hilconform.fixtures.stall_witness import stalled_ms
 
 pytestmark = [pytest.mark.clause("DISC-02"), pytest.mark.destructive]
@@ -83,7 +84,7 @@ def _hot_add_latencies_ms(host, count: int) -> tuple[list[float], list[float], l
 
 def _one_add(host, runtime, slot, kind, emitted_ms: list) -> float:
     mark = runtime.mark()
-    added = host.hot_add(slot.name)
+    added = host.get(HotPlug).hot_add(slot.name)
     event = wait_discovered(runtime, added.bdf, mark)
     emitted_ms.append((added.bdf, event["ts_ns"] / 1e6))
     data = event["data"]
@@ -92,15 +93,16 @@ def _one_add(host, runtime, slot, kind, emitted_ms: list) -> float:
     wait_self_check_end(runtime, added.bdf, mark)
     guest_quiet(host, added.bdf)
     mark = runtime.mark()
-    host.remove(added.device_id)
+    host.get(HotPlug).remove(added.device_id)
     wait_removed(runtime, added.bdf, mark)
     return ms_between(added.returned_ns, event["host_ns"])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["acpi", "native"])
+@pytest.mark.needs("hot-add", "qmp")  # each hot-plug mode's VM, into the profile's empty slots
 def test_hot_add_discovery_latency(host_factory, measurements, mode):
-    host = host_factory.start(hotplug_mode=mode)
+    host = host_factory.fresh(hotplug_mode=mode)
     latencies, shares, stalled = _hot_add_latencies_ms(host, ADDS[mode])
     floors = [total - share for total, share in zip(latencies, shares, strict=True)]
     judge_over_floor(host, measurements, "DISC-02", f"hot_add_discovery_{mode}", latencies, floors,

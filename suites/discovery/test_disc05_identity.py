@@ -26,6 +26,7 @@ from discovery_support import (
 )
 
 from hilconform.fixtures.errors import InfrastructureError
+from hilconform.fixtures.host_protocol import HotPlug
 
 pytestmark = pytest.mark.clause("DISC-05")
 
@@ -107,10 +108,10 @@ def test_fingerprints_survive_a_runtime_restart(host):
 @pytest.mark.needs("reboot")
 def test_fingerprints_survive_a_guest_reboot(host_factory):
     """Followed by where QEMU put each unit (its qdev id), across a reboot of the whole guest."""
-    host = host_factory.start(allow_reboot=True)
+    host = host_factory.fresh(allow_reboot=True)
     before = _fingerprints(host)
     assert before, "no managed devices to follow"
-    host.reboot()
+    host.get("reboot").reboot()
     after_reboot = _fingerprints(host)
     assert after_reboot == before, (
         f"fingerprints changed across a guest reboot: {before} -> {after_reboot}")
@@ -142,21 +143,21 @@ class InPlace:
         if quiet:
             guest_quiet(self.host, self.bdf)
         mark = runtime.mark()
-        self.host.remove(self.qdev_id)
+        self.host.get(HotPlug).remove(self.qdev_id)
         return wait_removed(runtime, self.bdf, mark)
 
     def remove_through_runtime(self, runtime) -> dict:
         """The orderly removal: the runtime's `remove` (isolate, drain, power the slot off), then
         QEMU's DEVICE_DELETED; returns the runtime's `removed`."""
         guest_quiet(self.host, self.bdf)
-        mark, qmp_mark = runtime.mark(), self.host.vm.qmp.mark()
+        mark, departures = runtime.mark(), self.host.get(HotPlug).departures()
         result = runtime.call("remove", {"device": self.bdf}, timeout_s=ORDERLY_REMOVAL_TIMEOUT_S)
         if not result.get("ok"):
             raise InfrastructureError(f"the runtime's orderly removal of {self.bdf} did not finish: {result}")
         removed = wait_removed(runtime, self.bdf, mark)
-        self.host.vm.qmp.wait_event("DEVICE_DELETED", after=qmp_mark, timeout_s=ORDERLY_REMOVAL_TIMEOUT_S,
-                                    match=lambda d: d.get("device") == self.qdev_id,
-                                    alive=self.host.vm.check_alive)
+        if departures.wait_gone(self.bdf, ORDERLY_REMOVAL_TIMEOUT_S) is None:
+            raise InfrastructureError(f"{self.bdf} still on the host {ORDERLY_REMOVAL_TIMEOUT_S:.0f}s after "
+                                      "the runtime's orderly removal")
         return removed
 
     def insert(self, serial=None) -> None:
@@ -210,7 +211,7 @@ def test_identity_change_in_place_is_flagged(host_factory):
 
     Every case is checked; the test reports all that went wrong.
     """
-    host = host_factory.start(hotplug_mode="acpi")
+    host = host_factory.fresh(hotplug_mode="acpi")
     slot_a, slot_b = _serial_slots(host, 2)
     runtime = host.runtime
     wait_boot_self_checks(runtime)
@@ -269,9 +270,9 @@ def test_identity_change_in_place_is_flagged(host_factory):
                          "exit 1")
     if stopped.exit_code != 0:
         raise InfrastructureError("the runtime did not stop within 10 s of SIGTERM")
-    host.remove(b.qdev_id)
+    host.get(HotPlug).remove(b.qdev_id)
     b.insert(b.other_serial())
-    if not host.guest_has_device(b.bdf, timeout_s=20):
+    if not host.get(HotPlug).guest_has_device(b.bdf, timeout_s=20):
         raise InfrastructureError(f"the guest never showed {b.bdf} after the swap")
     guest_quiet(host)
     host.restart_runtime()

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import pytest
 
-from hilconform.fixtures.errors import InfrastructureError, WaitTimeout
+from hilconform.fixtures.errors import InfrastructureError
 from hilconform.fixtures.floor_judgement import judge_interval_over_stalls  # noqa: F401 (HP-02/03 import it)
-from hilconform.fixtures.host_protocol import budget  # noqa: F401 (the HP tests import it from here)
+from hilconform.fixtures.host_protocol import (
+    HotPlug,
+    budget,  # noqa: F401 (the HP tests import it from here)
+)
 from hilconform.fixtures.runtime_client import RuntimeCallError
 from hilconform.fixtures.runtime_waits import REMOVED_TIMEOUT_S, wait_self_check_end  # noqa: F401 (HP tests)
 from hilconform.fixtures.runtime_waits import subscribe_live as subscribe  # noqa: F401 (for the HP tests)
@@ -44,10 +47,7 @@ def empty_slot(host):
 
 def queue_slot(host):
     """A populated slot whose stand-in has a stallable queue; skips when there is none."""
-    for slot in host.profile.slots:
-        if slot.populated and "queue-stall" in host.faults.slot_capabilities(slot.name):
-            return slot
-    pytest.skip(f"profile {host.profile.name} has no populated slot with a command queue")
+    return host.profile.slot(host.targets("queue-stall")[0])
 
 
 # -- ground truth -----------------------------------------------------------------------------
@@ -153,11 +153,11 @@ def check_in_order(steps: list[dict], order: tuple[str, ...]) -> list[str]:
 def hot_add_and_settle(host, slot_name: str) -> tuple[object, str, list[dict]]:
     """Hot-add a stand-in into an empty slot; wait for the runtime's self-check to end.
 
-    Returns (FaultRecord, BDF, the hot_add run's steps)."""
+    Returns (the hot-add's record, BDF, the hot_add run's steps)."""
     runtime = host.runtime
     mark = subscribe(runtime)
-    record = host.faults.hot_add(slot_name)
-    bdf = record.details["bdf"]
+    record = host.get("hot-add").hot_add(slot_name)
+    bdf = record.bdf
     end = wait_procedure_end(runtime, bdf, "hot_add", mark, HOT_ADD_END_TIMEOUT_S)
     guest_udev_settle(host)
     return record, bdf, run_steps(runtime, mark, end["data"]["run"])
@@ -169,22 +169,22 @@ def guest_udev_settle(host, timeout_s: float = 20.0) -> None:
     wait_udev_settled(host, timeout_s)
 
 
-def wait_device_deleted(host, qmp_mark: int, device_id: str,
-                        timeout_s: float = DEVICE_DELETED_TIMEOUT_S) -> dict | None:
-    """QEMU's DEVICE_DELETED for the device after the mark, or None by the deadline."""
-    try:
-        return host.vm.qmp.wait_event("DEVICE_DELETED", after=qmp_mark, timeout_s=timeout_s,
-                                      match=lambda d: d.get("device") == device_id,
-                                      alive=host.vm.check_alive)
-    except WaitTimeout:
-        return None
+def watch_departures(host):
+    """Started before a removal the test does not make itself (the runtime's orderly removal, a
+    slot powered off in the guest): `wait_departed` then says when the device left the host."""
+    return host.get(HotPlug).departures()
 
+
+def wait_departed(departures, bdf: str, timeout_s: float = DEVICE_DELETED_TIMEOUT_S) -> int | None:
+    """When the host saw the device leave (host_ns: this controller's monotonic clock), or None
+    by the deadline."""
+    return departures.wait_gone(bdf, timeout_s)
 
 def ensure_slot_empty(host, slot_name: str) -> None:
     """Clean-up for the shared host: take out whatever a failed test left in the slot."""
     device = host.slot_device(slot_name)
     if device is not None and device.qdev_id:
-        host.remove(device.qdev_id)
+        host.get(HotPlug).remove(device.qdev_id)
 
 
 def allocate(runtime, bdf: str, holder: str) -> dict:

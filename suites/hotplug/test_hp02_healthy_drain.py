@@ -97,11 +97,8 @@ def _release_point(bdf: str, stall, timeout_ms: float):
 
 @pytest.mark.needs("queue-stall")
 def test_healthy_queue_drains_without_reset(host_factory, measurements, preconditions):
-    host = host_factory.start()
-    slots = [s for s in host.profile.slots
-             if s.populated and "queue-stall" in host.faults.slot_capabilities(s.name)][:DEVICES]
-    if not slots:
-        pytest.skip(f"profile {host.profile.name} has no slot with a command queue")
+    host = host_factory.fresh()
+    slots = [host.profile.slot(name) for name in host.targets("queue-stall")][:DEVICES]  # skips if none
     timeout_ms = budget(host, "drain_timeout_ms")
     tolerance_ms = budget(host, "drain_tolerance_ms")
     runtime = host.runtime
@@ -111,7 +108,8 @@ def test_healthy_queue_drains_without_reset(host_factory, measurements, precondi
     try:
         for slot in slots:
             bdf = host.target_bdf(slot.name)
-            stall = host.faults.stall_queue(slot.name)  # held until the removal acts, not on a timer
+            # held until the removal acts, not on a timer
+            stall = host.get("queue-stall").stall_queue(slot.name)
             try:
                 mark = subscribe(runtime)
                 match, release, release_on = _release_point(bdf, stall, timeout_ms)

@@ -60,7 +60,7 @@ RESET_OUTCOMES = ("ok", "error", "unsupported", "timeout")
 
 @pytest.mark.needs("queue-stall")
 def test_stuck_queue_drain_times_out_and_resets(host_factory, measurements, preconditions):
-    host = host_factory.start()
+    host = host_factory.fresh()
     slot = queue_slot(host)
     timeout_ms = budget(host, "drain_timeout_ms")
     tolerance_ms = budget(host, "drain_tolerance_ms")
@@ -71,7 +71,7 @@ def test_stuck_queue_drain_times_out_and_resets(host_factory, measurements, prec
     witness = host.stall_witness()  # before the stall: it times the node's stalls in the drain
     try:
         # stall_queue issues one direct read itself and verifies it is stuck
-        stall = host.faults.stall_queue(slot.name)
+        stall = host.get("queue-stall").stall_queue(slot.name)
         try:
             mark = subscribe(runtime)
             hold = preconditions.hold(

@@ -30,7 +30,8 @@ from hotplug_support import (
     first_step,
     hot_add_and_settle,
     subscribe,
-    wait_device_deleted,
+    wait_departed,
+    watch_departures,
 )
 
 from hilconform.fixtures.runtime_client import RuntimeCallError
@@ -63,11 +64,11 @@ def test_orderly_add_steps_in_order(host):
         assert device["state"] == "HEALTHY" and device["in_pool"] is True, device
 
         mark = subscribe(runtime)
-        qmp_mark = host.vm.qmp.mark()
+        departures = watch_departures(host)
         runtime.call("remove", {"device": bdf}, timeout_s=REMOVE_CALL_TIMEOUT_S)
         runtime.wait_event("removed", mark, REMOVED_TIMEOUT_S, match=lambda d: d["device"] == bdf,
                            what=f"removed {bdf}")
-        wait_device_deleted(host, qmp_mark, record.device_id)
+        wait_departed(departures, bdf)
     finally:
         ensure_slot_empty(host, slot.name)
 
@@ -93,7 +94,7 @@ def test_failing_firmware_step_keeps_device_out(host_factory):
     kind = profile.kind(slot.accepts)
     ids = f"{kind.vendor}:{kind.device}"
     config = mismatching_firmware_config(host_factory.runtime_config(), ids, WRONG_FIRMWARE)
-    host = host_factory.start(runtime_config=config)
+    host = host_factory.fresh(runtime_config=config)
     runtime = host.runtime
     host.settled_inventory()
 

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from hilconform.fixtures import runtime_waits
-from hilconform.fixtures.errors import InfrastructureError
+from hilconform.fixtures.errors import InfrastructureError, WaitTimeout
+from hilconform.fixtures.host_protocol import HotPlug
 from hilconform.fixtures.runtime_client import RuntimeCallError, RuntimeUnresponsive
 from hilconform.fixtures.transition_checker import TransitionChecker
 
@@ -180,13 +181,25 @@ def refused(call: Callable[[], Any]) -> RuntimeCallError | None:
 
 # -- faults ---------------------------------------------------------------------------------------
 
+def remove_and_wait_gone(host, runtime, bdf: str, timeout_s: float = 20.0) -> dict:
+    """The runtime's orderly removal of `bdf` (protocol `remove`, which must succeed), and the
+    device gone from the host; the runtime's answer. A device still there by the deadline is the
+    test bed's WaitTimeout."""
+    departures = host.get(HotPlug).departures()
+    result = runtime.call("remove", {"device": bdf}, timeout_s=PROCEDURE_TIMEOUT_S)
+    assert result.get("ok") is True, f"orderly removal of {bdf} failed: {result}"
+    if departures.wait_gone(bdf, timeout_s) is None:
+        raise WaitTimeout(f"{bdf} still on the host {timeout_s:.0f}s after its orderly removal")
+    return result
+
+
 def inject_nonfatal(host, slot: str, bdf: str, timeout_s: float = AER_TIMEOUT_S) -> dict:
     """An uncorrectable non-fatal error at the slot's root port (verified by the guest's
     counters); returns the runtime's `recovered`/`recovery_failed` event for `bdf`, with
     every transition it caused already received."""
     runtime = host.runtime
     mark = runtime.mark()
-    host.faults.aer_nonfatal(slot)
+    host.get("aer-nonfatal").aer_nonfatal(slot)
     event = runtime.wait_event(
         "aer", mark, timeout_s,
         match=lambda d: d["device"] == bdf and d["kind"] in ("recovered", "recovery_failed"),
@@ -266,8 +279,9 @@ class FailingAdd:
     def add(self, host, slot: str) -> str:
         """Hot-add the failing device into the empty `slot`; its BDF."""
         if self.armed:
-            return host.faults.hot_add_with_firmware(slot, MISMATCHED_FIRMWARE).details["bdf"]
-        return host.hot_add(slot, kind=self.kind.name).bdf
+            armed = host.get("firmware-mismatch").hot_add_with_firmware(slot, MISMATCHED_FIRMWARE)
+            return armed.details["bdf"]
+        return host.get("hot-add").hot_add(slot, kind=self.kind.name).bdf
 
 
 def failing_add(host_factory) -> FailingAdd | None:

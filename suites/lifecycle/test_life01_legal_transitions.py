@@ -31,6 +31,7 @@ from lifecycle_support import (
     failing_add,
     flush,
     inject_nonfatal,
+    remove_and_wait_gone,
     require_empty_slot,
     runtime_config,
     settled_inventory,
@@ -60,7 +61,7 @@ FAILED_ADD_MOVES = {("DISCOVERED", "FAULTED"), ("FAULTED", "REMOVED")}
 def test_every_transition_of_a_mixed_workload_is_legal_and_complete(host_factory, request):
     failing = failing_add(host_factory)
     changes = {**AER_POLICY, **(failing.config if failing else {})}
-    host = host_factory.start(runtime_config=runtime_config(host_factory, changes))
+    host = host_factory.fresh(runtime_config=runtime_config(host_factory, changes))
     runtime = host.runtime
     checker, mark = subscribe_from_start(runtime)
     boot = [d["device"] for d in settled_inventory(runtime)["devices"]]
@@ -91,15 +92,11 @@ def test_every_transition_of_a_mixed_workload_is_legal_and_complete(host_factory
 
     # hot-add that passes its self-check; orderly removal while allocated (protocol remove)
     step = runtime.mark()
-    added = host.hot_add(slot)
+    added = host.get("hot-add").hot_add(slot)
     wait_procedure_end(runtime, step, "hot_add", added.bdf)
     assert wait_state(runtime, added.bdf, {"HEALTHY", "FAULTED"})["state"] == "HEALTHY"
     held = allocate(runtime, device=added.bdf, holder="life01-c", ttl_s=60)
-    qmp_mark = host.vm.qmp.mark()
-    removal = runtime.call("remove", {"device": added.bdf}, timeout_s=PROCEDURE_TIMEOUT_S)
-    assert removal["ok"] is True, removal
-    host.vm.qmp.wait_event("DEVICE_DELETED", qmp_mark, 20, alive=host.vm.check_alive,
-                           match=lambda d: d.get("device") == added.device_id)
+    remove_and_wait_gone(host, runtime, added.bdf)
     removed.append(added.bdf)
 
     # hot-add that fails its firmware step, then an attention-button removal (device_del)
@@ -109,7 +106,7 @@ def test_every_transition_of_a_mixed_workload_is_legal_and_complete(host_factory
         wait_procedure_end(runtime, step, "hot_add", failed)
         assert wait_state(runtime, failed, {"HEALTHY", "FAULTED"})["state"] == "FAULTED"
         step = runtime.mark()
-        host.faults.remove_orderly(slot)
+        host.get("orderly-removal").remove(slot)
         runtime.wait_event("removed", step, 20, match=lambda d: d["device"] == failed,
                            what=f"removal of {failed}")
         removed.append(failed)

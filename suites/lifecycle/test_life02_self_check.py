@@ -45,6 +45,8 @@ from lifecycle_support import (
     wait_procedure_end,
 )
 
+from hilconform.fixtures.host_protocol import HotPlug
+
 pytestmark = [pytest.mark.clause("LIFE-02"), pytest.mark.destructive]
 
 SELF_CHECK_STEPS = ("link_active", "firmware", "mmio", "interrupts")
@@ -60,7 +62,7 @@ def test_hot_added_device_joins_the_pool_after_its_self_check(host):
     runtime = host.runtime
     checker, mark = subscribe_live(runtime)
     settled_inventory(runtime)
-    added = host.hot_add(require_empty_slot(host)[0])
+    added = host.get(HotPlug).hot_add(require_empty_slot(host)[0])
     runtime.wait_event("discovered", mark, 20, match=lambda d: d["device"] == added.bdf,
                        what=f"discovery of {added.bdf}")
     try:
@@ -120,14 +122,14 @@ def test_device_failing_its_self_check_stays_out_of_the_pool(host_factory):
     failing_model = failing_add(host_factory)  # where slots offer it: a unit armed with MISMATCHED_FIRMWARE
     models = failing_model is not None and failing_model.armed
     if models:  # the profile's own config: the runtime expects each model's own firmware
-        host = host_factory.start()
+        host = host_factory.fresh()
         ids = failing_model.ids
     else:
         ids = kind_ids(profile.kind(FAILING_KIND))
         if not selects(profile, profile.kind(FAILING_KIND)):
             pytest.skip(f"profile {profile.name} does not select {FAILING_KIND} ({ids}): the runtime "
                         "would ignore the failing device")
-        host = host_factory.start(runtime_config=runtime_config(host_factory, firmware_mismatch(ids)))
+        host = host_factory.fresh(runtime_config=runtime_config(host_factory, firmware_mismatch(ids)))
     runtime = host.runtime
     checker, mark = subscribe_live(runtime)
     boot = settled_inventory(runtime)["devices"]
@@ -137,7 +139,10 @@ def test_device_failing_its_self_check_stays_out_of_the_pool(host_factory):
         f"boot devices with IDs {ids} must fail the firmware step too, the others pass it")
 
     slot = require_empty_slot(host)[0]
-    added = failing_model.add(host, slot) if models else host.hot_add(slot, kind=FAILING_KIND).bdf
+    if models:
+        added = failing_model.add(host, slot)
+    else:
+        added = host.get(HotPlug).hot_add(slot, kind=FAILING_KIND).bdf
     end = wait_procedure_end(runtime, mark, "hot_add", added)
     steps = _steps(procedure_run(runtime, mark, "hot_add", added))
     assert end["data"]["status"] == "failed", f"the self-check passed despite the firmware mismatch: {steps}"

@@ -197,7 +197,7 @@ def test_allocating_a_device_that_is_not_healthy_is_refused(host_factory):
                else "every stand-in kind is a boot device's")
         pytest.skip(f"profile {profile.name}: no device can be made to fail its self-check alone: {why}")
     changes = {**DEGRADING_POLICY, **failing.config}
-    host = host_factory.start(runtime_config=runtime_config(host_factory, changes))
+    host = host_factory.fresh(runtime_config=runtime_config(host_factory, changes))
     runtime = host.runtime
     checker, mark = subscribe_live(runtime)
     boot = settled_inventory(runtime)["devices"]

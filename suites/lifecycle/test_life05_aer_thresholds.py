@@ -65,7 +65,7 @@ POLLS_WATCHED = 3  # health polls after the weight fell under degrade_weight, wh
 
 
 def _start(host_factory, aer: dict):
-    host = host_factory.start(runtime_config=runtime_config(host_factory, {"aer": aer}))
+    host = host_factory.fresh(runtime_config=runtime_config(host_factory, {"aer": aer}))
     runtime = host.runtime
     reported = runtime.hello["config"]["aer"]
     assert {k: reported.get(k) for k in aer} == aer, f"the runtime runs AER policy {reported}, not {aer}"

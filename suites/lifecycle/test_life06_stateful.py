@@ -55,6 +55,7 @@ from lifecycle_support import (
     inject_nonfatal,
     kind_ids,
     managed_truth,
+    remove_and_wait_gone,
     settled_inventory,
     slot_of,
     subscribe_from_start,
@@ -303,7 +304,7 @@ def test_random_operation_sequences_keep_every_invariant(host, request, record_p
                 return self.nothing_to_do("hot_add", "no empty slot")
             slot = self.empty[pick % len(self.empty)]
             mark = rig.runtime.mark()
-            added = rig.host.hot_add(slot)
+            added = rig.host.get("hot-add").hot_add(slot)
             rig.log(f"hot-add {rig.host.profile.slot(slot).accepts} into {slot} ({added.bdf})")
             rig.runtime.wait_event(
                 "procedure", mark, HOT_ADD_TIMEOUT_S, what=f"end of the self-check of {added.bdf}",
@@ -319,11 +320,7 @@ def test_random_operation_sequences_keep_every_invariant(host, request, record_p
             bdf = self.device(pick)
             qdev = managed_truth(rig.host)[bdf]
             rig.log(f"protocol remove {bdf} ({qdev}, {self.record(bdf)['state']})")
-            qmp_mark = rig.host.vm.qmp.mark()
-            result = rig.runtime.call("remove", {"device": bdf}, timeout_s=PROCEDURE_TIMEOUT_S)
-            assert result.get("ok") is True, f"orderly removal of {bdf} failed: {result}"
-            rig.host.vm.qmp.wait_event("DEVICE_DELETED", qmp_mark, 20, alive=rig.host.vm.check_alive,
-                                       match=lambda d: d.get("device") == qdev)
+            remove_and_wait_gone(rig.host, rig.runtime, bdf)
             self.refresh()
 
         @rule(pick=PICK)
@@ -335,7 +332,7 @@ def test_random_operation_sequences_keep_every_invariant(host, request, record_p
             slot = slot_of(rig.host, bdf)
             rig.log(f"device_del in {slot} ({bdf}, {self.record(bdf)['state']})")
             mark = rig.runtime.mark()
-            rig.host.faults.remove_orderly(slot)
+            rig.host.get("orderly-removal").remove(slot)
             rig.runtime.wait_event("removed", mark, 20, match=lambda d: d["device"] == bdf,
                                    what=f"removal of {bdf}")
             self.refresh()

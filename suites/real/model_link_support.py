@@ -51,9 +51,9 @@ def managed_models(host) -> list[ManagedModel]:
     truth = {f.bdf: f for f in host.ground_truth()}
     found = []
     for slot in profile.slots:
-        if not slot.populated or LINK_CAPABILITY not in host.faults.slot_capabilities(slot.name):
+        if not slot.populated or LINK_CAPABILITY not in host.target_capabilities(slot.name):
             continue
-        bdf = host.slot_bdf(slot.name)
+        bdf = host.target_bdf(slot.name)
         if truth[bdf].ids in selected:
             found.append(ManagedModel(slot.name, bdf, truth[bdf].ids))
     if not found:

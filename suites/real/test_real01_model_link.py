@@ -58,7 +58,7 @@ def test_model_link_below_the_minimum_is_a_major_finding(host_factory, request):
     degraded, others = models[0], models[1:]
     minimum = real_minimum(degraded.ids)
     speed, lanes = below(minimum)
-    host.faults.degrade_link(degraded.slot, speed, lanes)
+    host.get("link-degrade").degrade_link(degraded.slot, speed, lanes)
     host.restart_runtime()
     inventory = {d["device"]: d for d in host.settled_inventory()["devices"]}
 

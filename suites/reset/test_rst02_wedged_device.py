@@ -49,17 +49,17 @@ HOLD_DEADLINE_S = 30.0
 @pytest.mark.needs("queue-stall")
 def test_rst02_wedged_device_reset_on_drain_timeout_faulted_over_budget(host_factory, measurements,
                                                                         preconditions):
-    host = host_factory.start(runtime_overrides={"reset_timeout_ms": RESET_TIMEOUT_MS})
+    host = host_factory.fresh(runtime_overrides={"reset_timeout_ms": RESET_TIMEOUT_MS})
     runtime = host.runtime
     config = runtime.hello["config"]
     assert config["reset_timeout_ms"] == RESET_TIMEOUT_MS, f"runtime ignored the override: {config}"
     slot, bdf, _record = healthy_device(host, "queue-stall")
     mark = subscribe(runtime)
 
-    model = "reset-not-ready" in host.faults.slot_capabilities(slot)
+    model = "reset-not-ready" in host.target_capabilities(slot)
     if model:
-        host.faults.delay_reset_ready(slot, NOT_READY_AFTER_FLR_S)
-    stall = host.faults.stall_queue(slot)
+        host.get("reset-not-ready").delay_reset_ready(slot, NOT_READY_AFTER_FLR_S)
+    stall = host.get("queue-stall").stall_queue(slot)
     try:
         match, release, release_on = _release_point(bdf, stall, model)
         hold = preconditions.hold("queue_stuck_reset_held", "the queue stuck until the drain gave up "

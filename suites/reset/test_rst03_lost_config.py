@@ -38,13 +38,12 @@ def test_rst03_lost_config_detected_and_faulted(host, measurements):
     slot, bdf, _record = healthy_device(host, "config-loss")
     runtime = host.runtime
     poll_s = runtime.hello["config"]["health_poll_ms"] / 1000.0
-    others = [s for s in host.profile.slots if s.populated and s.name != slot
-              and "config-loss" in host.faults.slot_capabilities(s.name)]
-    for other_slot in others:  # boot self-checks over: a late DISCOVERED -> HEALTHY is not "after the loss"
-        device_when_settled(host, host.target_bdf(other_slot.name))
+    others = [target for target in host.targets("config-loss") if target != slot]
+    for other in others:  # boot self-checks over: a late DISCOVERED -> HEALTHY is not "after the loss"
+        device_when_settled(host, host.target_bdf(other))
     mark = subscribe(runtime)
 
-    fault = host.faults.lose_config(slot)
+    fault = host.get("config-loss").lose_config(slot)
     faulted = runtime.wait_event(
         "transition", mark, 2 * poll_s + SLACK_S,
         match=lambda d: d["device"] == bdf and d["view"] == "health" and d["to"] == "FAULTED",
@@ -67,7 +66,7 @@ def test_rst03_lost_config_detected_and_faulted(host, measurements):
     _allocate_refused(runtime, bdf, fault)
 
     if others:  # the race: a lease asked for before any poll has noticed
-        other_fault = host.faults.lose_config(others[0].name)
+        other_fault = host.get("config-loss").lose_config(others[0])
         other = other_fault.details["bdf"]
         _allocate_refused(runtime, other, other_fault)
         ended = runtime.call("device", {"device": other})

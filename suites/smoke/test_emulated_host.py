@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import pytest
 
+from hilconform.fixtures.host_protocol import HotPlug
+
 INFRA_QDEV_IDS = {"vser"}
 
 
 @pytest.mark.needs("qmp")
 def test_guest_boots_with_the_image_kernel(host):
-    assert host.kernel_release() == host.vm.image.kernel_version
+    assert host.kernel_release() == host.get("qmp").image_kernel_version()
 
 
 @pytest.mark.needs("qmp")
@@ -52,10 +54,10 @@ def _empty_slot(host):
 @pytest.mark.parametrize("mode", ["native", "acpi"])
 @pytest.mark.needs("hot-add", "qmp")
 def test_hot_add_then_remove(host_factory, mode):
-    host = host_factory.start(hotplug_mode=mode)
+    host = host_factory.fresh(hotplug_mode=mode)
     slot = _empty_slot(host)
-    added = host.hot_add(slot.name)
-    assert host.guest_has_device(added.bdf, timeout_s=20), (
+    added = host.get(HotPlug).hot_add(slot.name)
+    assert host.get(HotPlug).guest_has_device(added.bdf, timeout_s=20), (
         f"guest never showed {added.bdf} after device_add into {slot.name}"
     )
     kind = host.profile.kind(slot.accepts)
@@ -63,8 +65,8 @@ def test_hot_add_then_remove(host_factory, mode):
                      f"/sys/bus/pci/devices/{added.bdf}/device").check().stdout.split()
     assert ids == [f"0x{kind.vendor}", f"0x{kind.device}"]
 
-    removal = host.remove(added.device_id)
-    assert removal.duration_s > 0
+    removal = host.get(HotPlug).remove(added.device_id)
+    assert removal.verified_ns > removal.requested_ns
     gone = host.shell(f"test -e /sys/bus/pci/devices/{added.bdf}").exit_code
     assert gone != 0, f"{added.bdf} still present in the guest after DEVICE_DELETED"
     assert added.device_id not in {f.qdev_id for f in host.ground_truth()}

@@ -193,13 +193,14 @@ def test_lost_config_clears_bars_and_restore_brings_them_back(faults, native_vm)
 @pytest.mark.slow
 def test_hot_add_then_orderly_removal(faults, native_vm):
     added = faults.hot_add("spare0")
-    assert added.device_id == "spare0-nvme" and added.details["kind"] == "nvme"
+    assert added.device_id == "spare0-nvme" and added.slot == "spare0"
+    assert faults.guest_has_device(added.bdf, timeout_s=20)
     with pytest.raises(FaultError, match="hot-add at spare0: the slot is occupied by spare0-nvme"):
         faults.hot_add("spare0")
     removed = faults.remove_orderly("spare0")
     low, high = ORDERLY_REMOVAL_S
     assert low < (removed.verified_ns - removed.injected_ns) / 1e9 < high
-    assert native_vm.agent.run(["test", "-e", f"/sys/bus/pci/devices/{added.details['bdf']}"]
+    assert native_vm.agent.run(["test", "-e", f"/sys/bus/pci/devices/{added.bdf}"]
                                ).exit_code != 0
 
 

@@ -41,7 +41,7 @@ def test_hot_added_device_appears_in_the_runtime(host):
     runtime.wait_event("inventory_complete", mark, timeout_s=30, what="cold discovery")
     slot = next(s for s in host.profile.slots if not s.populated)
     mark = runtime.mark()
-    added = host.hot_add(slot.name)
+    added = host.get("hot-add").hot_add(slot.name)
     event = runtime.wait_event("discovered", mark, timeout_s=20,
                                match=lambda d: d["device"] == added.bdf, what=added.bdf)
     assert event["host_ns"] > added.returned_ns

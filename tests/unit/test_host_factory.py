@@ -128,3 +128,11 @@ def test_a_fresh_host_on_a_real_host_is_the_real_host_put_back_after_the_test():
     assert made.fresh(hotplug_mode="acpi") is real
     made.stop_all()
     assert real.put_back_to == 7
+
+
+@pytest.mark.parametrize("asked", [{"runtime_config": "name = 'own'\n"}, {"allow_reboot": True},
+                                   {"profile": "a100-stock"}, {"cold_boot": True}])
+def test_a_fresh_host_a_real_host_cannot_be_is_skipped_naming_what_was_asked(asked):
+    made = HostFactory(Options(), parse_host_spec(REAL_SPEC), request=RealHostRequest())
+    with pytest.raises(pytest.skip.Exception, match=f"asks for a host of its own \\({next(iter(asked))}\\)"):
+        made.fresh(**asked)

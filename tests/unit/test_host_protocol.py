@@ -1,7 +1,8 @@
 """Both host kinds conform to the typed protocols, and `get` hands out only what a host declares.
 
 A host that lists a capability must have the protocol's methods for it (no method that
-only skips), and asking for one it lacks is an error naming the host and the capability.
+only skips), each declared (`@action`) for one of that protocol's capabilities, and
+asking for one it lacks is an error naming the host and the capability.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from hilconform.emulators.faults import FaultInjector
+from hilconform.emulators.host_action import declared_actions
 from hilconform.emulators.profile import load_profile
 from hilconform.fixtures.capabilities import vocabulary
 from hilconform.fixtures.host import EmulatedHost
@@ -21,7 +24,7 @@ from hilconform.fixtures.host_protocol import (
     CapabilityMissing,
     Host,
     HotPlug,
-    Qmp,
+    Reboot,
     Reset,
 )
 from hilconform.fixtures.real_host import RealHost
@@ -57,9 +60,34 @@ def test_each_host_has_the_core_and_every_protocol_it_declares(tmp_path):
     for host in (emulated(), emulated("a100-stock", allow_reboot=True), real(tmp_path, everything)):
         for protocol in {Host} | offered_protocols(host):
             provider = host if protocol is Host else host.get(protocol)
-            provider = getattr(provider, "_injector", provider)  # the faults behind their Allure steps
             for name in members(protocol):
                 inspect.getattr_static(provider, name)  # AttributeError: it does not conform
+
+
+def test_every_method_of_a_capability_protocol_is_an_action_declaring_one_of_its_capabilities():
+    """The declaration on the method is what `get`, the Allure steps and the docs read: a
+    protocol method that is not declared would be served by nobody, or by the wrong backend."""
+    table = vocabulary()
+    for backend in (FaultInjector, EmulatedHost, RealHost):
+        actions = declared_actions(backend)
+        for name in set().union(*actions.values()):
+            protocol_name = table[name].protocol
+            if protocol_name is None:
+                continue
+            family = {c for c, entry in table.items() if entry.protocol == protocol_name}
+            for method in members(CAPABILITY_PROTOCOLS[protocol_name]):
+                assert method in actions, f"{backend.__name__}.{method} ({protocol_name}) is not an action"
+                assert actions[method] & family, (f"{backend.__name__}.{method} declares "
+                                                  f"{sorted(actions[method])}, none of {protocol_name}'s")
+
+
+def test_every_public_method_that_changes_a_vm_is_an_allure_step():
+    """The old hand-kept list of fault actions missed four (fall_off_bus, mismatch_firmware,
+    delay_reset_ready, restore_model_faults): now a method is a step because it is declared."""
+    queries = {"capabilities", "slot_capabilities", "require", "model_registers", "workload", "vm"}
+    public = {n for n in dir(FaultInjector) if not n.startswith("_")} - queries
+    undeclared = public - declared_actions(FaultInjector).keys()
+    assert not undeclared, sorted(undeclared)
 
 
 def test_a_real_host_offers_no_method_it_cannot_do(tmp_path):
@@ -71,17 +99,19 @@ def test_a_real_host_offers_no_method_it_cannot_do(tmp_path):
 
 def test_get_returns_the_provider_or_names_what_is_missing(tmp_path):
     host = emulated("a100-stock")
-    assert host.get("aer-fatal") is host.faults and host.get(Qmp) is host and host.get("hot-add") is host
+    assert host.get("aer-fatal") is host.faults and host.get(HotPlug) is host.faults
+    assert host.get("qmp") is host and host.get("kubelet-stand-in") is host
     with pytest.raises(CapabilityMissing, match=r"host emulated:a100-stock .* lacks capability 'nvml'"):
         host.get("nvml")
     with pytest.raises(CapabilityMissing, match="offers no capability of Reboot"):
-        host.get(CAPABILITY_PROTOCOLS["Reboot"])
+        host.get(Reboot)
+    assert emulated("a100-stock", allow_reboot=True).get(Reboot).reboot
     lab = real(tmp_path, {"aer-inject": True})
     assert lab.get(AerInjection) is lab and lab.get("real-host") is lab
     with pytest.raises(CapabilityMissing, match=r"host real:fake .* lacks capability 'qmp'"):
         lab.get("qmp")
-    with pytest.raises(CapabilityMissing, match=r"host real:fake .* offers no capability of Qmp"):
-        lab.get(Qmp)
+    with pytest.raises(CapabilityMissing, match=r"host real:fake .* offers no capability of Reset"):
+        lab.get(Reset)
 
 
 def test_a_real_hosts_aer_injection_keeps_the_severity_apart(tmp_path):

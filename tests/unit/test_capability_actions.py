@@ -1,0 +1,34 @@
+"""docs/capabilities.md's table of actions is the code's, and every capability a host can offer
+with a protocol is served by a declared method (else `host.get` would find nobody)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hilconform.emulators.host_action import capabilities_served
+from hilconform.fixtures.capabilities import known, vocabulary
+from hilconform.fixtures.capability_actions import BACKENDS, BEGIN, END, actions_table, ever_offered, serving
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "capabilities.md"
+
+
+def test_the_docs_table_of_actions_is_the_codes():
+    text = DOC.read_text()
+    assert BEGIN in text and END in text, f"{DOC.name} has lost its actions markers"
+    shown = text[text.index(BEGIN):text.index(END) + len(END)]
+    assert shown == actions_table(), (
+        f"{DOC.name} differs from the code's declarations: regenerate it with "
+        "`python -m hilconform.fixtures.capability_actions`")
+
+
+def test_every_declared_name_is_in_the_vocabulary():
+    for classes in BACKENDS.values():
+        for cls in classes:
+            known(capabilities_served(cls), cls.__name__)  # CapabilityError naming the stray word
+
+
+def test_every_capability_a_host_offers_with_a_protocol_has_a_method_serving_it():
+    table = vocabulary()
+    for kind, offered in ever_offered().items():
+        unserved = [name for name in offered if table[name].protocol and not serving(name, BACKENDS[kind])]
+        assert not unserved, f"{kind}: offers {unserved} but no method declares them"
