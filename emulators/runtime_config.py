@@ -13,14 +13,10 @@ import re
 
 from .profile import HostProfile
 from .qemu_command import RUNTIME_PORT_NAME
+from .toml_writer import dump_toml, merge_tables
 from .vfio_user.model import load_model
 
 GUEST_IDENTITY_STORE = "/run/hilconform/identities.json"
-
-
-def _toml_value(value) -> str:
-    # JSON strings, numbers, booleans and lists of them are valid TOML values.
-    return json.dumps(value)
 
 
 # How long the runtime's hot-add steps wait for the guest kernel (a driver binding, its interrupts
@@ -30,7 +26,20 @@ def _toml_value(value) -> str:
 GUEST_HOT_ADD_STEP_TIMEOUT_MS = 15000
 
 
-def runtime_config_for(profile: HostProfile, overrides: dict | None = None) -> str:
+def runtime_config_for(profile: HostProfile, overrides: dict | None = None,
+                       changes: dict | None = None) -> str:
+    """The runtime TOML a VM of `profile` gets: `overrides` change top-level keys (e.g.
+    lease_ttl_s), `changes` are merged in table by table (e.g. {"aer": {"fault_weight": 4.0}})."""
+    table = merge_tables(runtime_config_table(profile, overrides), changes or {})
+    header = (f"Written by hilconform.emulators.runtime_config for profile {profile.name!r}; "
+              "do not edit by hand.")
+    if changes:
+        header += f"\nWith the test's changes {json.dumps(changes)}."
+    return dump_toml(table, header)
+
+
+def runtime_config_table(profile: HostProfile, overrides: dict | None = None) -> dict:
+    """The runtime configuration of `profile`, as tables (keys of runtime/default-config.toml)."""
     stand_ins = {profile.kind(s.device if s.populated else s.accepts) for s in profile.slots}
     firmware, expected = {}, {}
     for slot in profile.slots:
@@ -41,8 +50,7 @@ def runtime_config_for(profile: HostProfile, overrides: dict | None = None) -> s
         elif slot.firmware_version:
             firmware.setdefault(f"{kind.vendor}:{kind.device}", slot.firmware_version)
     models = sorted(f"{k.vendor}:{k.device}" for k in stand_ins if k.model)
-    resources = device_plugin_resources(profile)
-    top = {
+    table = {
         "name": "hilconform-reference",
         "transport": f"virtio-serial:/dev/virtio-ports/{RUNTIME_PORT_NAME}",
         "identity_store": GUEST_IDENTITY_STORE,
@@ -50,24 +58,17 @@ def runtime_config_for(profile: HostProfile, overrides: dict | None = None) -> s
         "lease_ttl_s": float(profile.budgets.get("lease_ttl_s", 30)),
         "hot_add_step_timeout_ms": GUEST_HOT_ADD_STEP_TIMEOUT_MS,
     }
-    top.update(overrides or {})
-    lines = ["# Written by hilconform.emulators.runtime_config for profile "
-             f"{profile.name!r}; do not edit by hand."]
-    lines += [f"{key} = {_toml_value(value)}" for key, value in top.items()]
-    lines += ["", "[selector]",
-              f"classes = {_toml_value(list(profile.select_classes))}",
-              f"ids = {_toml_value(list(profile.select_ids))}"]
-    lines += ["", "[device_plugin_resources]"]
-    lines += [f"{_toml_value(ids)} = {_toml_value(name)}" for ids, name in resources.items()]
-    lines += ["", "[firmware]"]
-    expected.update(firmware)
-    lines += [f"{_toml_value(ids)} = {_toml_value(version)}" for ids, version in expected.items()]
-    driverless = sorted(f"{k.vendor}:{k.device}" for k in stand_ins if k.queue == "none")
-    reported = ", ".join(f"{_toml_value(i)} = {_toml_value(v)}" for i, v in firmware.items())
-    lines += ["", "[hooks]", f"firmware = {{ {reported} }}", f"driverless = {_toml_value(driverless)}"]
+    table.update(overrides or {})
+    hooks = {"firmware": dict(firmware),
+             "driverless": sorted(f"{k.vendor}:{k.device}" for k in stand_ins if k.queue == "none")}
     if models:
-        lines.append(f"models = {_toml_value(models)}")
-    return "\n".join(lines) + "\n"
+        hooks["models"] = models
+    expected.update(firmware)
+    table |= {"selector": {"classes": list(profile.select_classes), "ids": list(profile.select_ids)},
+              "device_plugin_resources": device_plugin_resources(profile),
+              "firmware": expected,
+              "hooks": hooks}
+    return table
 
 
 def device_plugin_resources(profile: HostProfile) -> dict[str, str]:

@@ -16,8 +16,6 @@ the failed step is named.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from hotplug_support import (
     HOT_ADD_ORDER,
@@ -73,17 +71,6 @@ def test_orderly_add_steps_in_order(host):
         ensure_slot_empty(host, slot.name)
 
 
-def mismatching_firmware_config(text: str, ids: str, version: str) -> str:
-    """A runtime config (the profile's) with the expected firmware of `ids` set to `version`."""
-    lines = text.splitlines()
-    start = lines.index("[firmware]")
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("[")), len(lines))
-    entry = f"{json.dumps(ids)} = {json.dumps(version)}"
-    kept = [ln for ln in lines[start + 1:end] if not ln.startswith(json.dumps(ids))]
-    lines[start + 1:end] = [entry, *kept]
-    return "\n".join(lines) + "\n"
-
-
 @pytest.mark.destructive
 @pytest.mark.needs("hot-add")
 def test_failing_firmware_step_keeps_device_out(host_factory):
@@ -93,7 +80,7 @@ def test_failing_firmware_step_keeps_device_out(host_factory):
         pytest.skip(f"profile {profile.name} has no empty hot-plug slot")
     kind = profile.kind(slot.accepts)
     ids = f"{kind.vendor}:{kind.device}"
-    config = mismatching_firmware_config(host_factory.runtime_config(), ids, WRONG_FIRMWARE)
+    config = host_factory.runtime_config(changes={"firmware": {ids: WRONG_FIRMWARE}})
     host = host_factory.fresh(runtime_config=config)
     runtime = host.runtime
     host.settled_inventory()

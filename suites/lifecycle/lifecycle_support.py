@@ -9,10 +9,7 @@ test bed (QEMU, the guest agent, a fault QEMU refused) stays an `InfrastructureE
 
 from __future__ import annotations
 
-import json
-import re
 import time
-import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -327,46 +324,8 @@ def require_empty_slot(host) -> list[str]:
 
 def runtime_config(host_factory, changes: dict) -> str:
     """The runtime TOML the factory's emulated hosts would get for their profile, with `changes`
-    deep-merged in (e.g. {"aer": {"fault_weight": 4.0}, "firmware": {"1234:11e8": "9.9"}})."""
-    base = tomllib.loads(host_factory.runtime_config())
-    merged = _merge(base, changes)
-    text = "# LIFE suite: the profile's runtime config with changes " + json.dumps(changes) + "\n"
-    text += _dump_toml(merged)
-    if tomllib.loads(text) != merged:
-        raise InfrastructureError("LIFE suite: the runtime config did not survive a TOML round trip")
-    return text
-
-
-def _merge(base: dict, changes: dict) -> dict:
-    out = dict(base)
-    for key, value in changes.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-
-
-def _key(name: str) -> str:
-    return name if _BARE_KEY.match(name) else json.dumps(name)
-
-
-def _dump_toml(data: dict, prefix: str = "") -> str:
-    """Tables of strings, numbers, booleans and lists of them (all this config holds)."""
-    lines = [f"[{prefix}]"] if prefix else []
-    nested = []
-    for key, value in data.items():
-        if isinstance(value, dict):
-            nested.append((key, value))
-        else:
-            lines.append(f"{_key(key)} = {json.dumps(value)}")
-    text = "\n".join(lines) + "\n"
-    for key, value in nested:
-        text += "\n" + _dump_toml(value, f"{prefix}.{_key(key)}" if prefix else _key(key))
-    return text
+    merged in table by table (e.g. {"aer": {"fault_weight": 4.0}, "firmware": {"1234:11e8": "9.9"}})."""
+    return host_factory.runtime_config(changes=changes)
 
 
 # -- leases ---------------------------------------------------------------------------------------
