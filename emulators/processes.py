@@ -92,14 +92,10 @@ class ChildProcess:
 
 def wait_for_path(path: Path, timeout_s: float, child: ChildProcess | None = None) -> None:
     """Wait until a file or socket exists; fail early if the child exited."""
-    from .errors import WaitTimeout
+    from .waiting import poll_until
 
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        _raise_if_exited(child, f"creating {path}")
-        if time.monotonic() > deadline:
-            raise WaitTimeout(f"{path} did not appear within {timeout_s:.1f}s")
-        time.sleep(0.02)
+    poll_until(path.exists, timeout_s, f"{path} to appear", every_s=0.02,
+               check=lambda: _raise_if_exited(child, f"creating {path}"))
 
 
 def _raise_if_exited(child: ChildProcess | None, before: str) -> None:

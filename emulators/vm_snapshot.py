@@ -47,6 +47,7 @@ from . import guest_clock, instance_dir
 from .errors import InfrastructureError
 from .pci_inventory import function_below, query_pci
 from .process_identity import ProcessIdentity, read_pid_file
+from .waiting import poll_until
 
 SAVE_TIMEOUT_S = 60.0
 MAX_SAVED = 4  # private streams kept per process (~120 MiB each); the oldest goes first
@@ -141,12 +142,9 @@ def load(vm, saved: SavedVM, timeout_s: float) -> None:
     if saved.key != vm.configuration_key():
         raise InfrastructureError(f"saved VM {saved.stream} is of another configuration")
     vm.qmp.execute("migrate-incoming", {"uri": f"exec:cat {saved.stream}"}, timeout_s=10)
-    deadline = time.monotonic() + timeout_s
-    while vm.qmp.execute("query-status", timeout_s=10)["status"] == "inmigrate":
-        vm.check_alive()  # a stream QEMU cannot load ends QEMU, with its words
-        if time.monotonic() > deadline:
-            raise InfrastructureError(f"QEMU did not load {saved.stream} within {timeout_s} s")
-        time.sleep(0.02)
+    poll_until(lambda: vm.qmp.execute("query-status", timeout_s=10)["status"] != "inmigrate", timeout_s,
+               f"QEMU loading {saved.stream}", every_s=0.02,
+               check=vm.check_alive)  # a stream QEMU cannot load ends QEMU, with its words
 
 
 class SavedVMs:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from .errors import FaultError, GuestAgentError, WaitTimeout
 from .pci_inventory import BDF, PciFunction, function_below, query_pci
+from .waiting import poll_until
 
 POLL_S = 0.05
 
@@ -46,14 +47,9 @@ def block_device(agent, bdf: str, timeout_s: float = 10.0) -> str:
     if not BDF.fullmatch(bdf):
         raise ValueError(f"not a PCI address: {bdf!r}")
     pattern = f"/sys/bus/pci/devices/{bdf}/nvme/nvme*/nvme*n*"
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = agent.shell(f"ls -d {pattern} 2>/dev/null", timeout_s=10).stdout.split()
-        if found:
-            return "/dev/" + sorted(found)[0].rsplit("/", 1)[1]
-        if time.monotonic() > deadline:
-            raise WaitTimeout(f"no nvme block device under {bdf} in the guest within {timeout_s:.0f}s")
-        time.sleep(0.1)
+    found = poll_until(lambda: agent.shell(f"ls -d {pattern} 2>/dev/null", timeout_s=10).stdout.split(),
+                       timeout_s, f"an nvme block device under {bdf} in the guest", every_s=0.1)
+    return "/dev/" + sorted(found)[0].rsplit("/", 1)[1]
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,13 @@ The fault families (hotplug, aer, queue, config, reset, model) are mixins over `
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 from ..errors import FaultError, QmpError
 from ..host_action import capabilities_served
 from ..pci_inventory import PciFunction, query_pci
 from ..profile import DeviceKind, HostProfile, Slot
+from ..waiting import poll_until
 from ..workload import Workload
 
 # Where each capability applies, in names of the one vocabulary (fixtures/capabilities.toml); what
@@ -200,12 +200,5 @@ class FaultsBase:
 
     def _wait(self, fault: str, target: str, timeout_s: float, probe, awaited: str):
         """Call probe() until it returns something truthy; FaultError after timeout_s."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            result = probe()
-            if result:
-                return result
-            if time.monotonic() > deadline:
-                raise FaultError(f"{fault} at {target}: no sign of {awaited} within {timeout_s:.1f}s")
-            self.vm.check_alive()
-            time.sleep(POLL_S)
+        return poll_until(probe, timeout_s, f"{fault} at {target}: a sign of {awaited}", every_s=POLL_S,
+                          check=self.vm.check_alive, error=FaultError)
