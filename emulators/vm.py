@@ -295,7 +295,7 @@ class EmulatedVM:
     # -- held still between users --------------------------------------------------------------
     def pause(self) -> None:
         """Hold the guest still (QMP `stop`) while nobody uses it: an idle guest costs a host core
-        under TCG (an a100 host with its runtime ~10%, without ~4%, 2026-12-03), taken from the
+        under TCG (an a100 host with its runtime took ~10% of one), taken from the
         VMs that work beside it. A VM whose QEMU is gone is left as it is: its next user's
         `check_alive` says so."""
         if self.paused or self._stopped or self.qmp is None or self.qemu is None or not self.qemu.alive():

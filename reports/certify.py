@@ -44,8 +44,8 @@ INTERRUPT_GRACE_S = (
 )
 COLLECT_TIMEOUT_S = 180.0
 # Workers on an emulated host: 3 on 2 cores. At 2 the cores idled ~40% of a certify (tests waiting
-# on the guest: lease TTLs, drains, hot-plug); a third worker fills that (2026-12-03, 2 cores: 6:03
-# -> 4:47 for both hosts, CONFORMANT). `worksteal`: a worker that runs out takes half of another's
+# on the guest: lease TTLs, drains, hot-plug); a third worker fills that (2 cores: 6:03 -> 4:47
+# for both hosts, docs/performance.md). `worksteal`: a worker that runs out takes half of another's
 # queue, so no worker idles behind another's long tests at the end.
 EMULATED_WORKERS = 3
 XDIST_DISTRIBUTION = ("--dist", "worksteal")

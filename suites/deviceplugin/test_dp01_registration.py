@@ -16,7 +16,7 @@ start less that floor, inconclusive when the floor is over `dp_first_list_floor_
 with only `dp_first_list_ms` (real hosts) judges the whole figure. Each start and each floor
 is taken less the node's stalls inside it (fixtures/stall_witness.py, beside the whole test): a
 loaded runner stops the guest's CPU during one start and not during the floor measured beside
-it (at load 7.5, 2026-12-04, a start's share of 23.3 s failed a correct plugin against 20 s).
+it (at load 7.5 a start's share of 23.3 s failed a correct plugin against 20 s: docs/performance.md).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ listed before still Healthy) within `dp_hot_add_ms`, without a plugin restart.
 Measured on the node's clock: the kernel's `add` uevent (an independent `udevadm monitor`) to
 the stand-in's record of the ListAndWatch message listing one more Healthy device. A profile
 with `dp_hot_add_stall_limit_ms` (emulated) judges each figure less the node's stalls inside it
-(fixtures/stall_witness.py; fixtures/floor_judgement.py `judge_less_stalls`): at load 8,
-2026-12-04, an add advertised after 5.6 s failed a correct plugin against 5 s.
+(fixtures/stall_witness.py; fixtures/floor_judgement.py `judge_less_stalls`): at load 8 an add
+advertised after 5.6 s failed a correct plugin against 5 s.
 """
 
 from __future__ import annotations

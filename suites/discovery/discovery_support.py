@@ -38,8 +38,8 @@ def ms_between(start_ns: int, end_ns: int) -> float:
     return (end_ns - start_ns) / 1e6
 
 
-# A wait, not a measurement: under a loaded CI runner (load 9 on 2 cores, benchmarks/loaded_gate.py
-# 2026-12-03) a restored a100 guest's udev queue was still not empty after 20 s, and the test
+# A wait, not a measurement: under a loaded CI runner (load 9 on 2 cores, benchmarks/loaded_gate.py)
+# a restored a100 guest's udev queue was still not empty after 20 s, and the test
 # broke on it; waiting longer costs nothing where the guest is quiet sooner.
 QUIET_TIMEOUT_S = 60.0
 

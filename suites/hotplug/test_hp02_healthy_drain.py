@@ -29,8 +29,8 @@ recorded) and the interval between the event before it and the drain event (runt
 <= `drain_timeout_ms` + `drain_tolerance_ms`: both also hold the test bed's latency, the
 guest's waits for a CPU and the answer's way to the guest (the NBD backend let go, the
 nvme completion, the probe read's process ending: its open file counts as work in flight),
-which a loaded test bed stretches (at -n 3 on a100-stock, 2026-12-03: 476 ms; idle, 3 VMs,
-2026-12-04: a drain that saw its answer 233 ms after the backend was let go reported 333 ms),
+which a loaded test bed stretches (at -n 3 on a100-stock: 476 ms; idle, 3 VMs: a drain that saw
+its answer 233 ms after the backend was let go reported 333 ms),
 so they get the profile's tolerance for the test bed's latency, as HP-03's give-up does;
 where the node stalled inside them (an independent stall witness: fixtures/stall_witness.py)
 a profile with `drain_stall_limit_ms` judges them less the stalls, as HP-03 does; no `reset`
