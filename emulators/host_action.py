@@ -76,8 +76,10 @@ def query(*capabilities: str) -> Callable[[F], F]:
     return action(*capabilities, step_each_call=False)
 
 
+@functools.cache
 def declared_actions(cls: type) -> dict[str, frozenset[str]]:
-    """Method name -> the capabilities it declares, for every action of `cls` (its bases too)."""
+    """Method name -> the capabilities it declares, for every action of `cls` (its bases too).
+    A class's methods do not change while it runs: read once per class."""
     found = {}
     for name in dir(cls):
         member = getattr(cls, name, None)
