@@ -372,11 +372,11 @@ class EmulatedVM:
         NBD queue backends; what the guest waits for when they wait for a CPU
         (emulators/thread_wait.py). QEMU's main loop is left out: it serves QMP and the
         channels beside the guest, not the guest's own work."""
-        threads = []
+        threads = []  # called from a sampler's thread while the test's adds slots: copies, not views
         if self.qemu is not None:
             threads += thread_wait.process_threads(self.qemu.pid, _runs_the_guest)
         threads += [(os.getpid(), tid) for tid in self.models.thread_ids()]
-        for backend in self.queues.values():
+        for backend in list(self.queues.values()):
             if backend.process is not None:
                 threads += thread_wait.process_threads(backend.process.pid)
         return threads

@@ -51,7 +51,7 @@ class ModelHost:
 
     def thread_ids(self) -> list[int]:
         """The native thread IDs of the servers' threads that answer QEMU."""
-        return [tid for server in self.servers.values() if (tid := server.thread_id()) is not None]
+        return [tid for server in list(self.servers.values()) if (tid := server.thread_id()) is not None]
 
     def saved_states(self) -> dict[str, dict]:
         """Each served slot's card state (ModelDevice.saved_state), for a saved VM."""
