@@ -13,9 +13,9 @@ the check that a capability's protocol is implemented by actions declaring it, t
 docs/capabilities.md. There is no hand-kept list of actions to drift from the code.
 
 An undo (resume a queue, restore configuration) declares the capability it undoes; `@action()`
-with no name is a step serving no capability (restore everything). `step=False` declares a
-query, what a capability offers without changing the host (the kubelet site, the resources
-served): declared, never a step. Outside an Allure run (no `--alluredir`, or allure absent) a
+with no name is a step serving no capability (restore everything). `@query(...)` declares
+what a capability offers without changing the host (the kubelet site, the resources served):
+declared, never a step. Outside an Allure run (no `--alluredir`, or allure absent) a
 step costs next to nothing.
 """
 
