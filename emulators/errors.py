@@ -47,6 +47,11 @@ request (``RuntimeCallError``, ``StandInError``, ``ControlError``, vfio-user's
 ``OwnResourcesShort`` (a check that could not run for want of fds or memory),
 ``DeviceGone``, ``DeviceUnreachable``, ``KubeletAbsent``, ``WireError``.
 
+What a run records (fixtures/run_record.py ``failure_kind``): an assertion, or an
+answer of the runtime or the plugin that the test did not expect, is a failed
+clause; any other exception (a harness thread's ``RuntimeError``, a ``KeyError`` in
+a test) is the harness's own crash, an error with no verdict, whatever its phase.
+
 Each message names what was wrong and, where there is one, the command that fixes it.
 """
 

@@ -11,6 +11,8 @@ import pytest
 
 from hilconform.emulators import errors
 from hilconform.emulators.errors import BadInput, ConformanceFailure, HilconformError, InfrastructureError
+from hilconform.fixtures.kubelet_node import StandInError
+from hilconform.fixtures.runtime_client import RuntimeCallError
 
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ("emulators", "fixtures", "reports")
@@ -71,6 +73,10 @@ def test_inconclusive_is_no_exception_that_a_broad_except_swallows():
     (ConformanceFailure("drain gave up early"), "call", "failed"),
     (AssertionError("plain assert"), "call", "failed"),
     (KeyError("a test's own bug"), "setup", "error"),
+    (RuntimeError("dictionary changed size during iteration"), "call", "error"),
+    (KeyError("a test's own bug"), "call", "error"),
+    (RuntimeCallError("allocate", "not_healthy", "refused"), "call", "failed"),
+    (StandInError("plugin_error", "Allocate failed"), "call", "failed"),
 ])
 def test_the_run_record_reports_each_kind_as_its_own_outcome(error, when, kind):
     from hilconform.fixtures.run_record import failure_kind
