@@ -22,6 +22,7 @@ from hilconform.runtime.deviceplugin.constants import DEVICE_PLUGIN_PATH
 from . import control
 from .control_server import POLL_S, Dispatcher, LineServer, UnixControlServer
 from .device_manager import DEFAULT_DIAL_TIMEOUT_S, DEFAULT_MAX_MESSAGE_BYTES, KubeletStandIn
+from .promptness import ABOVE_INTERRUPT_THREADS, run_promptly
 from .records import RecordStore
 
 
@@ -59,6 +60,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--journal", metavar="PATH",
                         help="also append every record to PATH as a JSON line (at most --records-max-bytes)")
     parser.add_argument("--verbose", action="store_true", help="log every registration and stream end")
+    parser.add_argument(
+        "--realtime",
+        type=int,
+        metavar="PRIORITY",
+        default=0,
+        help=f"run as SCHED_FIFO PRIORITY (the harness asks {ABOVE_INTERRUPT_THREADS}: above the kernel's "
+        "interrupt threads), so that a message is recorded when the plugin sent it; 0 (default): as started",
+    )
     args = parser.parse_args(argv)
     if args.control != "stdio" and not args.control.startswith("unix:"):
         parser.error("--control is stdio or unix:PATH")
@@ -80,6 +89,7 @@ def _answers(path: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    scheduling = run_promptly(args.realtime)  # first: every thread started later inherits it
     logging.basicConfig(
         stream=sys.stderr,
         level=logging.INFO if args.verbose else logging.WARNING,
@@ -114,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, lambda *_: stopping.set())
     dispatcher = Dispatcher(stand_in)
     stdout = sys.stdout.buffer
-    ready = {**started, "pid": os.getpid(), "control": args.control}
+    ready = {**started, "pid": os.getpid(), "control": args.control, "scheduling": scheduling}
     unix_server = None
     if args.control == "stdio":
         server = LineServer(sys.stdin.buffer, stdout, dispatcher, stopping.set, stopping)
