@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import GuestAgentError, WaitTimeout
+from .waiting import poll_until
 
 
 @dataclass(frozen=True)
@@ -67,17 +68,22 @@ class GuestAgent:
         """Sync with the agent, retrying until it answers; return seconds waited."""
         started = time.monotonic()
         deadline = started + timeout_s
-        while True:
+
+        def answers() -> bool:
             if alive is not None:
                 alive()
             try:
                 self.sync(timeout_s=min(1.0, max(0.1, deadline - time.monotonic())))
-                return time.monotonic() - started
-            except (GuestAgentError, OSError):
+                return True
+            except (GuestAgentError, OSError) as exc:
                 self.close()
-            if time.monotonic() > deadline:
-                raise WaitTimeout(f"guest agent did not answer within {timeout_s:.0f}s")
-            time.sleep(0.05)
+                tried.append(exc)
+                return False
+
+        tried: list[Exception] = []
+        poll_until(answers, timeout_s, "the guest agent's answer to a sync", every_s=0.05,
+                   shown=lambda _: repr(tried[-1]) if tried else "no try")
+        return time.monotonic() - started
 
     def sync(self, timeout_s: float = 2.0) -> None:
         with self._lock:

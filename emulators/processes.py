@@ -114,21 +114,21 @@ def wait_for_listener(path: Path, timeout_s: float, child: ChildProcess | None =
 
     A server's socket path appears at bind(), before it listens: a connect in between is
     refused. So the path is not enough; a probe connect (closed at once) must succeed."""
-    from .errors import WaitTimeout
+    from .waiting import poll_until
 
     deadline = time.monotonic() + timeout_s
     wait_for_path(path, timeout_s, child)
-    while True:
+
+    def accepts() -> bool:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
             try:
                 probe.connect(str(path))
-                return
+                return True
             except (ConnectionRefusedError, FileNotFoundError):
-                pass
-        _raise_if_exited(child, f"listening on {path}")
-        if time.monotonic() > deadline:
-            raise WaitTimeout(f"{path} exists but nothing listened on it within {timeout_s:.1f}s")
-        time.sleep(0.02)
+                return False
+
+    poll_until(accepts, max(0.0, deadline - time.monotonic()), f"a listener on {path} (it exists)",
+               every_s=0.02, check=lambda: _raise_if_exited(child, f"listening on {path}"))
 
 
 def stray_children(parent_pid: int | None = None) -> list[tuple[int, str]]:

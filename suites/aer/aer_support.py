@@ -9,7 +9,6 @@ fault injector) and QEMU's bus tree. Nothing here imports the runtime.
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 
@@ -17,6 +16,7 @@ from hilconform.fixtures.config_evidence import config_lost  # noqa: F401 (for t
 from hilconform.fixtures.runtime_waits import (
     device_when_idle,
     healthy_targets,  # noqa: F401 (for the tests)
+    poll_until,
 )
 from hilconform.fixtures.runtime_waits import subscribe_live as subscribe  # noqa: F401 (for the tests)
 
@@ -116,15 +116,14 @@ def reset_runs(runtime, bdf: str, after: int, entry: str | None = None) -> list[
 def settle_state(runtime, bdf: str, timeout_s: float = EVENT_TIMEOUT_S) -> dict:
     """Ask for a checkpoint of `bdf` now (health_poll), retrying while it is skipped (busy,
     AER recovery in progress); returns its verdict {state, checkpoint, aer}."""
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        result = runtime.call("health_poll", {"device": bdf}, timeout_s=CALL_TIMEOUT_S)
-        last = result["devices"][bdf]
-        if "skipped" not in last:
-            return last
-        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))  # bounded by the deadline
-    raise AssertionError(f"health_poll of {bdf} kept being skipped for {timeout_s:.0f}s: {last}")
+    def checkpoint() -> dict | None:
+        verdict = runtime.call("health_poll", {"device": bdf}, timeout_s=CALL_TIMEOUT_S)["devices"][bdf]
+        seen.append(verdict)
+        return None if "skipped" in verdict else verdict
+
+    seen: list[dict] = []
+    return poll_until(checkpoint, timeout_s, f"a health_poll of {bdf} that is not skipped", every_s=0.5,
+                      error=AssertionError, shown=lambda _: repr(seen[-1] if seen else None))
 
 
 def require_kernel_recovery(record: dict) -> None:

@@ -16,6 +16,7 @@ from hilconform.fixtures.device_plugin import (  # noqa: F401 (the DP tests impo
 )
 from hilconform.fixtures.host_protocol import budget  # noqa: F401 (the DP tests import it from here)
 from hilconform.fixtures.node_clock import node_monotonic_ns_now
+from hilconform.fixtures.runtime_waits import poll_until  # noqa: F401 (the DP tests import it from here)
 from hilconform.fixtures.uevent_witness import GuestUeventWitness
 
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
@@ -110,13 +111,11 @@ def resource_of(plugin, host, bdf: str):
     raise AssertionError(f"{bdf} ({ids}) belongs to no resource the plugin serves")
 
 
-def wait_gone(host, bdf: str, timeout_s: float = 30.0) -> None:
-    """Until the node no longer has `bdf` (an orderly removal ends with the slot powered off)."""
-    result = host.shell(f"for i in $(seq {int(timeout_s * 10)}); do "
-                        f"[ -e /sys/bus/pci/devices/{bdf} ] || exit 0; sleep 0.1; done; exit 1",
-                        timeout_s=timeout_s + 10)
-    if result.exit_code != 0:
-        raise AssertionError(f"{bdf} still on the node {timeout_s:.0f} s after its removal")
+def await_departure(departures, bdf: str, timeout_s: float = 30.0) -> None:
+    """Until the host reports `bdf` gone (`departures`: the hot-plug capability's watch, made
+    before the removal; an orderly removal ends with the slot powered off)."""
+    if departures.wait_gone(bdf, timeout_s) is None:
+        raise AssertionError(f"{bdf} still on the host {timeout_s:.0f} s after its removal")
 
 
 def fresh_host(host_factory, device_plugin, hotplug_mode: str | None):
@@ -135,13 +134,14 @@ def remove_and_await_loss(host, kubelet, plugin, target: str, capability: str, t
     Healthy) and the node's-clock ms of the kernel's `remove` uevent. `wait_departure`: also until
     the node no longer has the device, before the witness stops."""
     bdf = host.target_bdf(target)
+    hot_plug = host.get(capability)
+    departures = hot_plug.departures()
     witness = GuestUeventWitness(host)
     try:
-        remove = host.get(capability).remove
-        resource, lost, _record = _fault_and_await_loss(host, kubelet, plugin, bdf, lambda: remove(target),
-                                                        timeout_s)
+        resource, lost, _record = _fault_and_await_loss(host, kubelet, plugin, bdf,
+                                                        lambda: hot_plug.remove(target), timeout_s)
         if wait_departure:
-            wait_gone(host, bdf)
+            await_departure(departures, bdf)
     finally:
         seen = witness.stop()
     return resource, lost, kernel_event_ms(seen, "remove", bdf)

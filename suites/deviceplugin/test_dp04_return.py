@@ -16,6 +16,7 @@ import pytest
 from dp_support import (
     advertised,
     answer_window_s,
+    await_departure,
     budget,
     fresh_host,
     healthy_ids,
@@ -26,7 +27,6 @@ from dp_support import (
     ms_after,
     one_lost,
     resource_of,
-    wait_gone,
     wait_list,
 )
 
@@ -54,9 +54,10 @@ def test_a_device_back_in_its_slot_is_healthy_again_under_its_id(host_factory, m
             resource = resource_of(plugin, host, bdf)
             before = advertised(latest_list(kubelet, resource.name))
             mark = kubelet.last_seq()
+            departures = host.get(removal).departures()
             host.get(removal).remove(target)
             wait_list(kubelet, resource.name, mark, one_lost(before), 60, f"the device at {bdf} lost")
-            wait_gone(host, bdf)
+            await_departure(departures, bdf)
             mark = kubelet.last_seq()
             witness = GuestUeventWitness(host)
             try:

@@ -23,6 +23,7 @@ from dp_support import (
     kubelet_with_plugin,
     latest_list,
     listed_healthy,
+    poll_until,
     resource_of,
 )
 
@@ -48,17 +49,18 @@ def _health_courses(kubelet, resource: str, ids: set[str], since_seq: int) -> di
 
 def _settled_courses(kubelet, resource: str, ids: set[str], since_seq: int) -> dict[str, list[str]]:
     """Every ID's course once all of them have been Healthy and unchanged for QUIET_S."""
-    deadline = time.monotonic() + SETTLE_S
-    last, steady_since = None, time.monotonic()
-    while time.monotonic() < deadline:
+    watched = {"courses": None, "since": time.monotonic()}
+
+    def steady() -> dict[str, list[str]] | None:
         courses = _health_courses(kubelet, resource, ids, since_seq)
-        if courses != last:
-            last, steady_since = courses, time.monotonic()
-        elif (all(c and c[-1] == HEALTHY for c in courses.values())
-              and time.monotonic() - steady_since >= QUIET_S):
-            return courses
-        time.sleep(0.5)
-    raise AssertionError(f"{resource}: not every ID Healthy and steady within {SETTLE_S:.0f} s: {last}")
+        if courses != watched["courses"]:
+            watched.update(courses=courses, since=time.monotonic())
+            return None
+        healthy = all(c and c[-1] == HEALTHY for c in courses.values())
+        return courses if healthy and time.monotonic() - watched["since"] >= QUIET_S else None
+
+    return poll_until(steady, SETTLE_S, f"{resource}: every ID Healthy and unchanged for {QUIET_S:g} s",
+                      every_s=0.5, error=AssertionError, shown=lambda _: repr(watched["courses"]))
 
 
 def _judge(courses: dict[str, list[str]], bdf: str, fault: str) -> None:
