@@ -49,8 +49,10 @@ request (``RuntimeCallError``, ``StandInError``, ``ControlError``, vfio-user's
 
 What a run records (fixtures/run_record.py ``failure_kind``): an assertion, or an
 answer of the runtime or the plugin that the test did not expect, is a failed
-clause; any other exception (a harness thread's ``RuntimeError``, a ``KeyError`` in
-a test) is the harness's own crash, an error with no verdict, whatever its phase.
+clause; so is any other exception of a test's body (a ``KeyError`` on a reply
+without what the protocol promises), unless it began in this library, the test
+bed (a sampler thread's ``RuntimeError``): that, and a fixture's crash, is an
+error with no verdict.
 
 Each message names what was wrong and, where there is one, the command that fixes it.
 """

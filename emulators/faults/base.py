@@ -65,8 +65,9 @@ class Target:
 def slot_capabilities(profile: HostProfile, slot: Slot) -> frozenset[str]:
     """What a slot of `profile` can suffer: known before any VM starts (host factories check it).
 
-    Removal without warning needs an ACPI hot-plug host: QEMU 7.2 has no
-    surprise removal under native pciehp (docs/faults.md). Queue faults need
+    Removal without warning needs an ACPI hot-plug host: on a native pciehp slot
+    QEMU's device_del presses the slot's attention button (hw/pci/pcie.c), so it
+    has no surprise removal there (docs/faults.md). Queue faults need
     a stand-in whose queue is an NBD export (nvme), not edu, or a device model
     (its own knobs: docs/device-models.md).
     """

@@ -88,8 +88,8 @@ class HotplugFaults(FaultsBase):
             other = "remove_surprise" if mode == "acpi" else "remove_orderly"
             why = ("on an ACPI hot-plug host device_del removes without the attention-button "
                    "warning" if mode == "acpi" else
-                   "QEMU 7.2 has no surprise removal under native pciehp; start the host "
-                   "with hot-plug mode 'acpi'")
+                   "QEMU's device_del on a native pciehp slot presses its attention button: "
+                   "no surprise removal there; start the host with hot-plug mode 'acpi'")
             raise FaultError(f"{fault} at {name}: not available on this {mode} hot-plug host "
                              f"({why}); use {other}")
         self._refuse_if_freezing(fault, target)
