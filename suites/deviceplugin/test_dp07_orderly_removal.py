@@ -5,7 +5,11 @@ orchestrator first.
 
 Judged on the node's clock: the stand-in's record of the ListAndWatch message without the device
 Healthy must come before the kernel's `remove` uevent of the device (an independent `udevadm
-monitor`). The lead is recorded. Judged only for a plugin declared to belong to a runtime with
+monitor`). The stand-in runs above the kernel's interrupt threads (SCHED_FIFO 60,
+emulators/kubelet_stand_in/promptness.py), so its receipt is the plugin's send and not a busy
+node's late reading: on a one-vCPU guest pciehp's interrupt thread ran the removal before a
+normal-priority stand-in read a loss the reference had sent 135 ms earlier. The lead is
+recorded. Judged only for a plugin declared to belong to a runtime with
 such a procedure (`--device-plugin-claim orderly-removal`, recorded in the certificate; the
 reference front end claims it); any other plugin skips this clause with that reason, never
 judged on a procedure it does not claim (fixtures/plugin_claims.py).
