@@ -127,7 +127,8 @@ def wait_for_listener(path: Path, timeout_s: float, child: ChildProcess | None =
             except (ConnectionRefusedError, FileNotFoundError):
                 return False
 
-    poll_until(accepts, max(0.0, deadline - time.monotonic()), f"a listener on {path} (it exists)",
+    poll_until(accepts, max(0.0, deadline - time.monotonic()),
+               f"a listener on {path} (the path exists, but nothing listened on it)",
                every_s=0.02, check=lambda: _raise_if_exited(child, f"listening on {path}"))
 
 

@@ -17,8 +17,8 @@ effect. It returns a `FaultRecord` with host monotonic timestamps
 A bad target, a missing capability, a QEMU reply that is not success, or a
 fault that does not show within its deadline raises `FaultError` naming the
 fault and the target: trouble with the test bed, never a verdict on the
-runtime. One module per fault family (hotplug, aer, queue, config); see
-docs/faults.md for what each fault does in QEMU 7.2, how it is verified, the
+runtime. One module per fault family (hotplug, aer, queue and model, config,
+reset); see docs/faults.md for what each fault does, how it is verified, the
 measured timings and the limits.
 """
 
@@ -39,9 +39,9 @@ from .base import (
 )
 from .config import ConfigFaults
 from .hotplug import HotplugFaults
-from .model import ModelFaults
-from .queue import QueueFaults, QueueStall
+from .queue import QueueFaults
 from .reset import ResetFaults
+from .stall import QueueStall
 
 __all__ = [
     "ALL_CAPABILITIES", "CORRECTABLE_ERRORS", "FATAL_ERRORS", "MODEL_CAPABILITIES", "NONFATAL_ERRORS",
@@ -50,14 +50,15 @@ __all__ = [
 ]
 
 
-class FaultInjector(HotplugFaults, AerFaults, ModelFaults, QueueFaults, ConfigFaults, ResetFaults):
+class FaultInjector(HotplugFaults, AerFaults, QueueFaults, ConfigFaults, ResetFaults):
     """The faults an emulated host can suffer, each verified to have taken effect.
 
     Use as a context manager (or call restore_all()) to undo the faults still in
     effect: stalls resumed, throttles lifted, I/O errors cleared, lost
     configuration restored, models back on the bus with their own firmware and link.
-    Hot-adds and removals stay. Queue methods on a model slot use the model's knobs
-    (ModelFaults, before QueueFaults in the MRO); stock slots get the nvme/NBD ones.
+    Hot-adds and removals stay. Each action is declared once; the families share no method
+    names, so none overrides another. The queue actions (queue.py) say which code runs: a model
+    slot's own knobs (model.py, the class QueueFaults builds on) or an nvme stand-in's NBD export.
     """
 
     def __enter__(self) -> FaultInjector:

@@ -4,7 +4,8 @@ A model's queue is its BAR0 command queue: a stall sticks it (completions stop, 
 register still answers, nothing in QEMU freezes), so a reset or removal of a stuck model
 is safe at any time. Work in flight is submitted from the guest through the doorbell
 (sysfs resource0, as a user-space driver would), and every effect is read back from the
-guest the same way. Stock slots go on to the nvme/NBD implementation (queue.py).
+guest the same way. The queue actions are declared once, in queue.py, and call the model's
+implementations here (`_stall_model_queue`, ...) for a model slot.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ..vfio_user import guest_bar
 from ..vfio_user.hot_add import hot_add_model
 from ..vfio_user.registers import register_map
 from .base import FaultRecord, FaultsBase, Target
-from .queue import STALL_SAMPLE_GAP_S, STALL_TIMEOUT_S, QueueStall
+from .stall import STALL_SAMPLE_GAP_S, STALL_TIMEOUT_S, QueueStall
 
 # Faults only a model slot has (queue-stall and queue-slow it shares with nvme slots).
 MODEL_ONLY_CAPABILITIES = frozenset({"fell-off-bus", "firmware-mismatch", "link-degrade",
@@ -98,15 +99,11 @@ class ModelFaults(FaultsBase):
             return values if check(values) else None
         return self._wait(fault, target.name, timeout_s, probe, awaited)
 
-    # -- queue ----------------------------------------------------------------------------------
-    @action("queue-stall")
-    def stall_queue(self, target: str, resume_after_s: float | None = None, probe: bool = True,
-                    timeout_s: float = STALL_TIMEOUT_S) -> QueueStall:
-        """Model: stick the queue; with nothing in flight, STUCK_COMMANDS are submitted from the
+    # -- queue (QueueFaults' actions call these for a model slot) --------------------------------
+    def _stall_model_queue(self, target: str, resolved: Target, resume_after_s: float | None,
+                           probe: bool, timeout_s: float) -> QueueStall:
+        """Stick the model's queue; with nothing in flight, STUCK_COMMANDS are submitted from the
         guest. Verified when the guest reads in-flight > 0 and no completion over a gap."""
-        resolved = self._model_target("queue-stall", target)
-        if resolved is None:
-            return super().stall_queue(target, resume_after_s, probe, timeout_s)
         fault = "queue-stall"
         device = self.vm.models.device(resolved.name)
         if device.queue.stuck:
@@ -140,12 +137,8 @@ class ModelFaults(FaultsBase):
         self._stalls[resolved.name] = stall
         return stall
 
-    @action("queue-stall")
-    def resume_queue(self, target: str, timeout_s: float = STALL_TIMEOUT_S) -> FaultRecord:
-        """Model: unstick the queue; verified when the guest reads the queue drained."""
-        resolved = self._model_target("queue-resume", target)
-        if resolved is None:
-            return super().resume_queue(target, timeout_s)
+    def _resume_model_queue(self, target: str, resolved: Target, timeout_s: float) -> FaultRecord:
+        """Unstick the model's queue; verified when the guest reads the queue drained."""
         fault = "queue-resume"
         device = self.vm.models.device(resolved.name)
         stall = self._stalls.pop(resolved.name, None)
@@ -163,16 +156,10 @@ class ModelFaults(FaultsBase):
         return self._record(fault, resolved, min(requested_ns, resumed_ns), resumed_ns,
                             {"in_flight": after["queue_in_flight"]})
 
-    @action("queue-slow")
-    def slow_queue(self, target: str, iops: int = 1, timeout_s: float = 20.0) -> FaultRecord:
-        """Model: each command takes 1/iops s; verified by two commands from the guest not being
-        done before 2/iops s have passed."""
-        resolved = self._model_target("queue-slow", target)
-        if resolved is None:
-            return super().slow_queue(target, iops, timeout_s)
+    def _slow_model_queue(self, target: str, resolved: Target, iops: int, timeout_s: float) -> FaultRecord:
+        """Each of the model's commands takes 1/iops s; verified by two commands from the guest not
+        being done before 2/iops s have passed."""
         fault = "queue-slow"
-        if not isinstance(iops, int) or iops < 1:
-            raise FaultError(f"{fault} at {target}: iops must be a whole number >= 1, not {iops!r}")
         device = self.vm.models.device(resolved.name)
         if device.queue.stuck:
             raise FaultError(f"{fault} at {target}: the slot's queue is stalled")
@@ -194,11 +181,7 @@ class ModelFaults(FaultsBase):
         details["checked_after_s"] = round(elapsed, 3)
         return self._record(fault, resolved, requested_ns, injected_ns, details)
 
-    @action("queue-slow")
-    def restore_queue_speed(self, target: str) -> FaultRecord:
-        resolved = self._model_target("queue-slow-lift", target)
-        if resolved is None:
-            return super().restore_queue_speed(target)
+    def _restore_model_queue_speed(self, resolved: Target) -> FaultRecord:
         requested_ns = time.monotonic_ns()
         self.vm.models.device(resolved.name).slow_queue(None)
         self._slowed.discard(resolved.name)

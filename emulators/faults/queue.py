@@ -1,6 +1,8 @@
-"""Command-queue faults on an nvme stand-in: stall/resume, slow queue, I/O errors.
+"""Command-queue faults: stall/resume, slow queue, I/O errors, each declared here once.
 
-The queue device sits on throttle `q-<slot>` -> raw `q-<slot>-raw` -> nbd
+A slot's queue is one of two kinds, and each action says which code runs: a device model's
+command queue (its own knobs, ModelFaults in model.py) or an nvme stand-in's. The nvme's queue
+device sits on throttle `q-<slot>` -> raw `q-<slot>-raw` -> nbd
 `q-<slot>-nbd` -> the slot's qemu-nbd (emulators/qemu_command.py). A stall
 stops qemu-nbd (SIGSTOP), a slow queue sets the slot's throttle-group limits,
 I/O errors swap a blkdebug node in under the raw node (blockdev-reopen).
@@ -8,105 +10,22 @@ I/O errors swap a blkdebug node in under the raw node (blockdev-reopen).
 
 from __future__ import annotations
 
-import threading
 import time
 
 from ..errors import FaultError, WaitTimeout
 from ..host_action import action
 from ..qemu_command import queue_format_node, queue_nbd_node, queue_node, throttle_group
 from ..workload import block_device, io_stats, read_blocks
-from .base import FaultRecord, FaultsBase
+from .base import FaultRecord
+from .model import ModelFaults
+from .stall import STALL_SAMPLE_GAP_S, STALL_TIMEOUT_S, QueueStall
 
-STALL_TIMEOUT_S = 5.0
-STALL_SAMPLE_GAP_S = 0.25  # completions must not advance over this gap while a request waits
 SLOW_TIMING_MAX_IOPS = 20  # above this one request's wait is too short to time reliably
 IO_TIMEOUT_S = 20.0
 GUEST_READ_ERRORS = ("No data available", "Input/output error")  # ENODATA (nvme medium error), EIO
 
 
-class QueueStall:
-    """A stalled command queue: the stall's record and the handle that resumes it.
-
-    With `resume_after_s` a timer resumes the backend that long after
-    `stall_queue` returned, with no QMP or guest call (a VM frozen by a reset of
-    the stuck device is thawed by it). `resume()` resumes now (idempotent).
-    """
-
-    def __init__(self, record: FaultRecord, backend, resume_after_s: float | None):
-        self.record = record
-        self.slot = record.target
-        self.resume_after_s = resume_after_s
-        self._backend = backend
-        self.probe_job = None  # the read stall_queue issued to be the stuck request, if any
-        self._lock = threading.Lock()
-        self._resumed = threading.Event()
-        self.resumed_ns: int | None = None
-        self._timer: threading.Timer | None = None
-        self.resume_at_ns: int | None = None
-        if resume_after_s is not None:
-            self.resume_at_ns = time.monotonic_ns() + int(resume_after_s * 1e9)
-            self._timer = threading.Timer(resume_after_s, self._resume_quietly)
-            self._timer.name = f"resume-{self.slot}"
-            self._timer.daemon = True
-            self._timer.start()
-
-    def __repr__(self) -> str:
-        state = "stalled" if self.resumed_ns is None else "resumed"
-        return f"QueueStall({self.slot}, {state}, resume_after_s={self.resume_after_s})"
-
-    @property
-    def auto_resumes(self) -> bool:
-        return self._timer is not None and self.resumed_ns is None
-
-    @property
-    def resumed(self) -> bool:
-        return self._resumed.is_set()
-
-    def resume(self) -> int:
-        """SIGCONT the backend now (if not done yet); the host time it was resumed."""
-        with self._lock:
-            if self.resumed_ns is None:
-                if self._timer is not None:
-                    self._timer.cancel()
-                self._backend.resume()
-                self.resumed_ns = time.monotonic_ns()
-                self._resumed.set()
-            return self.resumed_ns
-
-    @property
-    def sees_guest_look(self) -> bool:
-        """Whether the backend sees the guest read its queue (a device model), so that
-        `answer_at_next_look` waits for that read rather than answering at once."""
-        return hasattr(self._backend, "resume_after_next_look")
-
-    def answer_at_next_look(self) -> int:
-        """Let the "hardware" answer once the guest looks at the queue again (a device model sees
-        its in-flight count read: that read still finds the commands in flight); a backend that
-        cannot see the guest look (an NBD export) answers now. The host time it was armed.
-        `resume()` afterwards still ends the stall for certain."""
-        arm = getattr(self._backend, "resume_after_next_look", None)
-        if arm is None:
-            return self.resume()
-        with self._lock:
-            if self.resumed_ns is None:
-                if self._timer is not None:
-                    self._timer.cancel()
-                arm()
-            return time.monotonic_ns()
-
-    def wait_resumed(self, timeout_s: float) -> int:
-        if not self._resumed.wait(timeout_s):
-            raise WaitTimeout(f"queue of {self.slot} not resumed within {timeout_s:.1f}s")
-        return self.resumed_ns
-
-    def _resume_quietly(self) -> None:
-        try:
-            self.resume()
-        except Exception:  # the VM (and its backend) may be gone already
-            pass
-
-
-class QueueFaults(FaultsBase):
+class QueueFaults(ModelFaults):
     @action("queue-stall", "queue-slow", "queue-error")
     def start_reads(self, target: str) -> bool:
         """Reads in flight on the slot's block device, over and over until the device goes or the
@@ -126,9 +45,13 @@ class QueueFaults(FaultsBase):
         completions over STALL_SAMPLE_GAP_S. With probe=True and nothing in
         flight, one direct 4 KiB read is issued (in the background) to be the
         stuck request. resume_after_s: resume automatically that long after this
-        returns (the "hardware" answers then; see QueueStall).
+        returns (the "hardware" answers then; see QueueStall). A device model's queue is stuck
+        through its own knob instead (ModelFaults._stall_model_queue).
         """
         fault = "queue-stall"
+        model = self._model_target(fault, target)
+        if model is not None:
+            return self._stall_model_queue(target, model, resume_after_s, probe, timeout_s)
         resolved, backend, device = self._queue_target(fault, target)
         if backend.stalled:
             raise FaultError(f"{fault} at {target}: the queue is already stalled")
@@ -169,8 +92,12 @@ class QueueFaults(FaultsBase):
 
     @action("queue-stall")
     def resume_queue(self, target: str, timeout_s: float = STALL_TIMEOUT_S) -> FaultRecord:
-        """SIGCONT the slot's qemu-nbd; verified when the stuck requests complete."""
+        """SIGCONT the slot's qemu-nbd; verified when the stuck requests complete (a device model:
+        ModelFaults._resume_model_queue)."""
         fault = "queue-resume"
+        model = self._model_target(fault, target)
+        if model is not None:
+            return self._resume_model_queue(target, model, timeout_s)
         resolved, backend, device = self._queue_target(fault, target)
         stall = self._stalls.pop(resolved.name, None)
         if stall is None and not backend.stalled:
@@ -203,11 +130,15 @@ class QueueFaults(FaultsBase):
         """Limit the slot's queue to `iops` requests/s (its throttle group's iops-total).
 
         Verified by QOM reading the limit back and, for iops <= 20, by timing two
-        direct reads in the guest (the second waits about 1/iops s).
+        direct reads in the guest (the second waits about 1/iops s). A device model slows its own
+        queue (ModelFaults._slow_model_queue).
         """
         fault = "queue-slow"
         if not isinstance(iops, int) or iops < 1:
             raise FaultError(f"{fault} at {target}: iops must be a whole number >= 1, not {iops!r}")
+        model = self._model_target(fault, target)
+        if model is not None:
+            return self._slow_model_queue(target, model, iops, timeout_s)
         resolved, _backend, device = self._queue_target(fault, target)
         self._refuse_if_stalled(fault, resolved, "the verification read would hang")
         requested_ns = time.monotonic_ns()
@@ -231,8 +162,12 @@ class QueueFaults(FaultsBase):
 
     @action("queue-slow")
     def restore_queue_speed(self, target: str) -> FaultRecord:
-        """Lift the slot's throttle limit (iops-total 0 = unlimited); verified by QOM."""
+        """Lift the slot's throttle limit (iops-total 0 = unlimited); verified by QOM (a device
+        model: its own knob, ModelFaults._restore_model_queue_speed)."""
         fault = "queue-slow-lift"
+        model = self._model_target(fault, target)
+        if model is not None:
+            return self._restore_model_queue_speed(model)
         resolved, _backend, _device = self._queue_target(fault, target)
         requested_ns = time.monotonic_ns()
         self._set_iops(fault, target, resolved.name, 0)

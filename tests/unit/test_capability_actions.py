@@ -32,3 +32,22 @@ def test_every_capability_a_host_offers_with_a_protocol_has_a_method_serving_it(
     for kind, offered in ever_offered().items():
         unserved = [name for name in offered if table[name].protocol and not serving(name, BACKENDS[kind])]
         assert not unserved, f"{kind}: offers {unserved} but no method declares them"
+
+
+def test_no_fault_family_overrides_another():
+    """Which code a fault runs is found by reading its action, never by working out an MRO: the
+    fault families of the emulated injector share no attribute names (issue 36: `stall_queue` was
+    once two methods, the model's calling the nvme one through super())."""
+    from collections import defaultdict
+
+    from hilconform.emulators.faults import FaultInjector
+    from hilconform.emulators.faults.base import FaultsBase
+
+    families = [c for c in FaultInjector.__mro__ if c not in (FaultInjector, FaultsBase, object)]
+    assert len(families) >= 5
+    defined = defaultdict(list)
+    for family in families:
+        for name in vars(family):
+            if not name.startswith("__"):
+                defined[name].append(family.__name__)
+    assert {name: where for name, where in defined.items() if len(where) > 1} == {}
