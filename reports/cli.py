@@ -43,6 +43,15 @@ EXIT_CODES = """exit codes:
 """
 
 
+def _add_lab_and_selection(parser: argparse.ArgumentParser, coordinator: str, suite: str,
+                           clause: str) -> None:
+    """--lg-coordinator, --suite and --clause: one definition for `certify` and `lab run`, which
+    passes them on to each certify."""
+    parser.add_argument("--lg-coordinator", metavar="HOST[:PORT]", help=coordinator)
+    parser.add_argument("--suite", action="append", default=[], metavar="AREA", help=suite)
+    parser.add_argument("--clause", action="append", default=[], metavar="ID", help=clause)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hilconform",
@@ -64,23 +73,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--host", required=True, metavar="KIND:NAME",
                      help="host to certify, e.g. emulated:a100, real:ssh://root@gpu1, labgrid:PLACE")
-    run.add_argument("--lg-coordinator", metavar="HOST[:PORT]",
-                     help="labgrid coordinator of a labgrid:PLACE host (default $LG_COORDINATOR, else "
-                     "127.0.0.1:20408); the place is held for the run and given back (docs/lab.md)")
-    run.add_argument(
-        "--suite",
-        action="append",
-        default=[],
-        metavar="AREA",
-        help="run only this area's suite (repeatable; default: every area but smoke)",
-    )
-    run.add_argument(
-        "--clause",
-        action="append",
-        default=[],
-        metavar="ID",
-        help="run only the tests of this clause, e.g. DISC-01 (repeatable)",
-    )
+    _add_lab_and_selection(
+        run, "labgrid coordinator of a labgrid:PLACE host (default $LG_COORDINATOR, else 127.0.0.1:20408); "
+        "the place is held for the run and given back (docs/lab.md)",
+        "run only this area's suite (repeatable; default: every area but smoke)",
+        "run only the tests of this clause, e.g. DISC-01 (repeatable)")
     run.add_argument(
         "--out",
         type=Path,
@@ -170,18 +167,14 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     lab_run.add_argument("tags", nargs="+", metavar="TAG=VALUE", help="place tags to match, e.g. gpu=a100")
-    lab_run.add_argument("--lg-coordinator", metavar="HOST[:PORT]",
-                         help="labgrid coordinator (default $LG_COORDINATOR, else 127.0.0.1:20408)")
+    _add_lab_and_selection(lab_run, "labgrid coordinator (default $LG_COORDINATOR, else 127.0.0.1:20408)",
+                           "passed to each certify (repeatable)", "passed to each certify (repeatable)")
     lab_run.add_argument("--out", type=Path, metavar="NIGHT_DIR",
                          help="the night's folder (default lab-nights/<UTC date and time> here)")
     lab_run.add_argument("--max-parallel", type=int, default=1, metavar="N",
                          help="hosts certified at the same time (default 1)")
     lab_run.add_argument("--reserve-timeout", type=float, default=300.0, metavar="S",
                          help="how long a place's reservation may wait to be allocated (default 300 s)")
-    lab_run.add_argument("--suite", action="append", default=[], metavar="AREA",
-                         help="passed to each certify (repeatable)")
-    lab_run.add_argument("--clause", action="append", default=[], metavar="ID",
-                         help="passed to each certify (repeatable)")
     lab_run.add_argument("--previous", action="append", type=Path, default=[], metavar="NIGHT_DIR",
                          help="an earlier night for the fleet report's comparison (repeatable)")
     lab_run.set_defaults(lab_handler=_lab_run)
