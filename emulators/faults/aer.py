@@ -16,7 +16,7 @@ OnInjected = Callable[[int], None] | None  # called with injected_ns once the er
 
 AER_TIMEOUT_S = 10.0
 # Uncorrectable errors by their default severity (the Uncorrectable Error Severity
-# register's reset value, which QEMU 7.2 and the guest kernel keep). The HMP names.
+# register's reset value, which QEMU (hw/pci/pcie_aer.c) and the guest kernel keep). The HMP names.
 FATAL_ERRORS = frozenset({"DLP", "SDN", "FCP", "RX_OVER", "MALF_TLP", "INTN"})
 NONFATAL_ERRORS = frozenset({
     "POISON_TLP", "COMP_TIME", "COMP_ABORT", "UNX_COMP", "ECRC", "UNSUP", "ACSV", "MCBTLP",

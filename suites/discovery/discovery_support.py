@@ -49,8 +49,8 @@ def guest_quiet(host, bdf: str | None = None, timeout_s: float = QUIET_TIMEOUT_S
 
     * the guest's udev queue is empty (e.g. blkid done probing a new disk): removing a
       queue device while the guest still reads it makes the runtime's drain time out
-      and reset the device mid-removal, and QEMU 7.2 then never completes the unplug
-      (no DEVICE_DELETED);
+      and reset the device mid-removal, and QEMU then never completed the unplug (no
+      DEVICE_DELETED; measured on 7.2 and not re-measured since, so the guard stays);
     * with `bdf`, the power indicator of the slot above it no longer blinks: QEMU
       refuses `device_del` while it does ("guest is busy"), which pciehp can leave on
       for a moment after a hot-add.
