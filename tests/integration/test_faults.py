@@ -247,7 +247,7 @@ def test_hmp_error_reply_becomes_fault_error(faults):
     ("surprise-removal at gpu0: not available on this native hot-plug host",
      lambda f: f.remove_surprise("gpu0")),
     ("aer-fatal at gpu0: 'UNSUP' is not a fatal", lambda f: f.aer_fatal("gpu0", "UNSUP")),
-    ("aer at gpu0: correctable error 'BAD_TLP' is never delivered",
+    ("aer at gpu0: correctable error 'BAD_TLP' is not offered",
      lambda f: f.aer("gpu0", "BAD_TLP")),
     ("queue-slow at gpu2: iops must be a whole number >= 1", lambda f: f.slow_queue("gpu2", 0)),
     ("queue-resume at gpu2: the queue is not stalled", lambda f: f.resume_queue("gpu2")),
