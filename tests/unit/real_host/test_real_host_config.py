@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import socket as sockets
+import subprocess
 import tomllib
 
 import pytest
@@ -16,6 +19,7 @@ from hilconform.fixtures.runtime_deployment import (
     check_runtime_module,
     runtime_config,
     runtime_tarball,
+    socket_wait,
 )
 
 
@@ -169,3 +173,23 @@ def test_real_profiles_get_the_clauses_dp_defaults_unless_they_set_them():
     assert load_real_profile("h200").budgets["dp_loss_ms"] == 5000
     assert load_real_profile("h200").budgets["dp_first_list_ms"] == 10000
     assert load_real_profile("emulated-guest").budgets["dp_first_list_over_floor_ms"] == 20000
+
+
+@pytest.mark.parametrize("pid_file, socket, code", [
+    (None, False, 8),     # not started yet: waits out its time
+    ("", False, 8),       # the file made but not yet written (CI, 2026-12-05): not an exit
+    ("dead", False, 7),   # a pid that is gone: the runtime exited
+    ("self", True, 0),    # the socket is there
+])
+def test_the_socket_wait_takes_only_a_recorded_dead_pid_for_an_exit(tmp_path, pid_file, socket, code):
+    if pid_file == "dead":
+        done = subprocess.Popen(["true"])
+        done.wait()
+        (tmp_path / "runtime.pid").write_text(f"{done.pid}\n")
+    elif pid_file is not None:
+        (tmp_path / "runtime.pid").write_text("" if pid_file == "" else f"{os.getpid()}\n")
+    if socket:
+        listener = sockets.socket(sockets.AF_UNIX)
+        listener.bind(str(tmp_path / "rt.sock"))
+    result = subprocess.run(["sh", "-c", socket_wait(str(tmp_path), 0.3)], timeout=10)
+    assert result.returncode == code
