@@ -177,7 +177,7 @@ def test_real_profiles_get_the_clauses_dp_defaults_unless_they_set_them():
 
 @pytest.mark.parametrize("pid_file, socket, code", [
     (None, False, 8),     # not started yet: waits out its time
-    ("", False, 8),       # the file made but not yet written (CI, 2026-12-05): not an exit
+    ("", False, 8),       # the file made but not yet written: not an exit
     ("dead", False, 7),   # a pid that is gone: the runtime exited
     ("self", True, 0),    # the socket is there
 ])
