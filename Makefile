@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 CERTIFY_ARGS ?=
 
 # The system packages (Debian) each needs: emulators/host-packages.toml, shared with `hilconform setup`.
-HOST_PACKAGES := $(PYTHON) emulators/host_packages.py
+HOST_PACKAGES := $(PYTHON) -m emulators.host_packages
 
 .PHONY: certify test test-extended setup setup-test venv image qemu-prefix unit lint bench clean-image self-check
 
@@ -60,7 +60,7 @@ unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 setup:
-	@missing="$$($(HOST_PACKAGES) missing --group run)"; \
+	@missing="$$($(HOST_PACKAGES) missing --group run)" || exit 1; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
 			echo "hilconform: installing system packages (missing: $$missing)"; \
@@ -73,7 +73,7 @@ setup:
 # The project's tests also open report.html in a real headless browser, and build and run the
 # plugins they certify as teams ship them (tests/plugins/pciwatch/build.py): [test] of the file.
 setup-test:
-	@missing="$$($(HOST_PACKAGES) missing --group test)"; \
+	@missing="$$($(HOST_PACKAGES) missing --group test)" || exit 1; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
 			echo "hilconform: installing $$missing for the project's tests"; \

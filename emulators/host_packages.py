@@ -1,9 +1,10 @@
 """The Debian packages the machine running hilconform needs, and which of them are missing.
 
-The list is data (emulators/host-packages.toml): `make setup` runs this file as a script before
-any virtualenv exists (standard library only), `hilconform setup` imports it, so both install
-and check the same packages. A package counts as installed when its `tool` runs (`command -v`,
-or the shell test given).
+The list is data (emulators/host-packages.toml): `make setup` runs this module with the system's
+python3 before any virtualenv exists (`python3 -m emulators.host_packages` from the checkout:
+standard library only), `hilconform setup` imports it, so both install and check the same
+packages. A package counts as installed when its `tool` runs (`command -v`, or the shell test
+given).
 """
 
 from __future__ import annotations
@@ -15,11 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BadInput
-
-try:
-    from .toml_file import check_entry, read_toml
-except ImportError:  # run as a script (make setup): emulators/ itself is on sys.path
-    from toml_file import check_entry, read_toml
+from .toml_file import check_entry, read_toml
 
 DATA = Path(__file__).resolve().with_name("host-packages.toml")
 GROUPS = ("run", "test")

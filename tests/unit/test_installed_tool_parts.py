@@ -5,6 +5,10 @@ virtualenv outside the checkout, is tests/integration/test_installed_tool.py."""
 
 from __future__ import annotations
 
+import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,6 +37,19 @@ def test_an_installed_tool_builds_into_the_users_cache(monkeypatch, tmp_path):
     assert build_folder.setup_hint("image") == "`hilconform setup` (as root)"
     monkeypatch.setenv(build_folder.ENV, str(tmp_path / "elsewhere"))
     assert build_folder.build_folder() == tmp_path / "elsewhere"
+
+
+def test_make_setup_s_package_check_runs_before_any_virtualenv():
+    """The Makefile's own command, run as `make setup` runs it (the checkout as working folder, a
+    bare interpreter): it lists every package. A relative import it could not resolve there once
+    made every fresh machine's setup install nothing."""
+    makefile = (build_folder.PACKAGE_ROOT / "Makefile").read_text()
+    command = re.search(r"^HOST_PACKAGES := (.+)$", makefile, re.M).group(1)
+    argv = [sys.executable if word == "$(PYTHON)" else word for word in shlex.split(command)]
+    done = subprocess.run([*argv, "list", "--group", "run", "--group", "test"], cwd=build_folder.PACKAGE_ROOT,
+                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [p.name for p in host_packages.read_packages()]
 
 
 def test_the_host_packages_are_read_strictly(tmp_path):
