@@ -11,10 +11,10 @@ device (`DEVICE_DELETED`, ~1.1 s), so QEMU's bus tree is the ground truth again.
 Why not `faults.remove_surprise` (ACPI host, the documented route): on an ACPI hot-plug
 host QEMU's root ports (7.2 and 11.1 alike) report Data Link Layer Link Active = 0 with a
 working device below them (lspci: `DLActive-`). A runtime that trusts the bit faults every
-device at boot, and the
-allocation this clause must see revoked cannot exist there; the slot power-off on a native
-host works whatever a runtime makes of the bit. (The reference reads the bit only where the
-port advertises reporting: on an ACPI emulated:a100 its devices are HEALTHY at boot.)
+device at boot, and the allocation this clause must see revoked cannot exist there; the slot
+power-off on a native host works whatever a runtime makes of the bit. (The reference reads the
+bit only where the port advertises reporting: on an ACPI emulated:a100 its devices are HEALTHY
+at boot.)
 The device is allocated (and, for a queue stand-in, has reads running) when it goes.
 
 Checked: the holder gets `deallocate` (reason `surprise`) for its lease, the lease is
