@@ -13,13 +13,19 @@ Then, in order:
    checkpoint runs before every lease), and the device must end FAULTED.
 
 A fresh VM: the driver's I/O to the device hangs until the config is restored.
+
+The second test walks the clause's other path: the configuration lost while the device is
+held, then the lease released (`test_rst03_config_lost_while_allocated_faulted_at_release`).
 """
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from reset_support import (
     CALL_TIMEOUT_S,
+    EVENT_TIMEOUT_S,
     device_when_settled,
     health_transitions,
     healthy_device,
@@ -29,6 +35,10 @@ from reset_support import (
 from hilconform.fixtures.runtime_client import RuntimeCallError
 
 SLACK_S = 5.0
+# The release test's own runtime config: a health poll far past the test's length, so no
+# periodic checkpoint can look at the device between the loss and the release (see the test).
+RELEASE_TEST_POLL_MS = 600_000
+LEASE_TTL_S = 120  # no expiry can end the lease before the test releases it
 
 
 @pytest.mark.clause("RST-03")
@@ -87,3 +97,92 @@ def _allocate_refused(runtime, bdf: str, fault) -> None:
         return
     runtime.call("release", {"lease": lease["lease"]})
     pytest.fail(f"{bdf} lost its config ({fault.details['after']}) and was still allocated: {lease}")
+
+
+@pytest.mark.clause("RST-03")
+@pytest.mark.destructive
+@pytest.mark.needs("config-loss")
+def test_rst03_config_lost_while_allocated_faulted_at_release(host_factory, measurements, record_property):
+    """Configuration lost while the device is held, then released: RELEASED -> FAULTED, read
+    from the device at the release checkpoint, never RELEASED -> HEALTHY from a cached record.
+
+    Why its own test: the first test loses the config of an idle device, which the periodic
+    poll judges; a runtime whose release checkpoint answers from what it already knows (the
+    checkpoint the device passed when the lease was granted, its state before the lease)
+    hands a device with cleared BARs back to the pool as HEALTHY, under the release
+    checkpoint's own cause (legal for LIFE-01), and only a loss during a lease shows it.
+
+    Keeping the release checkpoint the judged path: the test's runtime runs with
+    `health_poll_ms` RELEASE_TEST_POLL_MS (10 min, a fresh VM of its own), so no periodic
+    checkpoint looks at the device between the loss and the release, and the release
+    follows the loss (verified in the guest) at once. The last checkpoint the runtime has
+    of the device is then the one it passed when the lease was granted (intact): a move out
+    of RELEASED to FAULTED can only come from reading the device after the loss, and one
+    to HEALTHY is the cached answer the clause forbids. A runtime that catches the loss
+    while the device is still held (ALLOCATED -> FAULTED, revoking the lease: legal) has
+    walked another conformant path; then the release checkpoint is not reached, and the
+    test judges what the clause asks of that path (FAULTED, never HEALTHY, not allocatable),
+    saying so in its report (`judged_path`). A runtime that ignores the poll override
+    (a real host keeps its deployed config) is judged the same way.
+    """
+    host = host_factory.fresh(runtime_overrides={"health_poll_ms": RELEASE_TEST_POLL_MS})
+    runtime = host.runtime
+    slot, bdf, _record = healthy_device(host, "config-loss")
+    mark = subscribe(runtime)
+    lease = runtime.call("allocate", {"device": bdf, "holder": "rst03-release", "ttl_s": LEASE_TTL_S},
+                         timeout_s=CALL_TIMEOUT_S)
+    runtime.wait_event("transition", mark, EVENT_TIMEOUT_S, what=f"{bdf} ALLOCATED",
+                       match=lambda d: d["device"] == bdf and d["view"] == "health"
+                       and d["to"] == "ALLOCATED")
+    held_mark = runtime.mark()
+
+    fault = host.get("config-loss").lose_config(slot)  # verified in the guest: BARs cleared
+    released_ns = time.monotonic_ns()
+    try:
+        runtime.call("release", {"lease": lease["lease"]}, timeout_s=CALL_TIMEOUT_S)
+        release_error = None
+    except RuntimeCallError as exc:  # a runtime that revoked the lease on its own finding
+        release_error = exc
+    first = runtime.wait_event("transition", held_mark, EVENT_TIMEOUT_S, what=f"{bdf} leaves ALLOCATED",
+                               match=lambda d: d["device"] == bdf and d["view"] == "health")["data"]
+    if first["to"] != "RELEASED":
+        # caught while held (another conformant path): the release checkpoint was not reached
+        judged_path = f"{first['from']} -> {first['to']} while held ({first['cause']})"
+        assert first["to"] == "FAULTED", (
+            f"{bdf} lost its config while held and went {first['from']} -> {first['to']} "
+            f"({first['cause']}), not FAULTED")
+    else:
+        assert release_error is None, f"release of {lease['lease']} refused: {release_error}"
+        out = runtime.event_or_none(
+            "transition", held_mark, EVENT_TIMEOUT_S,
+            match=lambda d: d["device"] == bdf and d["view"] == "health" and d["from"] == "RELEASED")
+        assert out is not None, (
+            f"{bdf} lost its config while held; {EVENT_TIMEOUT_S:g} s after its release it is still "
+            f"RELEASED: the release checkpoint never judged it ({_health_moves(runtime, bdf, mark)})")
+        data = out["data"]
+        evidence = data.get("checkpoint") or {}
+        assert data["to"] != "HEALTHY", (
+            f"{bdf} lost its config while held (guest read {fault.details['after']}) and its release "
+            f"checkpoint reported it HEALTHY (cause {data['cause']!r}, checkpoint {evidence}): "
+            f"an answer from a cached record, not from the device")
+        assert data["to"] == "FAULTED", f"{bdf} lost its config; its release checkpoint moved it {data}"
+        assert evidence, f"the release checkpoint's move to FAULTED carries no evidence: {data}"
+        if "ok" in evidence:
+            assert evidence["ok"] is False, f"the checkpoint that FAULTED {bdf} says ok: {evidence}"
+        judged_path = f"RELEASED -> FAULTED at the release checkpoint ({data['cause']})"
+        measurements.record("RST-03", "release_to_faulted", [(out["host_ns"] - released_ns) / 1e6], "ms")
+
+    record = runtime.call("device", {"device": bdf})
+    listed = {d["device"]: d["state"] for d in runtime.call("inventory")["devices"]}
+    assert record["state"] == "FAULTED" and listed.get(bdf) == "FAULTED", (
+        f"after the release {bdf} says {record['state']}, inventory says {listed.get(bdf)}")
+    assert not record["in_pool"], record
+    path = _health_moves(runtime, bdf, held_mark)
+    assert not any(to == "HEALTHY" for _f, to, _c in path), f"reported HEALTHY after the loss: {path}"
+    _allocate_refused(runtime, bdf, fault)
+    record_property("judged_path", judged_path)
+
+
+def _health_moves(runtime, bdf: str, after: int) -> list[tuple[str, str, str]]:
+    return [(e["data"]["from"], e["data"]["to"], e["data"]["cause"])
+            for e in health_transitions(runtime, bdf, after)]
