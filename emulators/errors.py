@@ -30,7 +30,7 @@ error of the harness is one of them::
      └── ConformanceFailure (AssertionError) the system under test did something wrong:
           │                                   a failed clause (exit 1)
           ├── RuntimeUnresponsive, RuntimeProtocolViolation     fixtures/runtime_client.py
-          ├── TransitionRulesBroken                            fixtures/transition_watch.py
+          ├── TransitionRulesBroken, TransitionRulesBrokenAfterTheTests  fixtures/transition_watch.py
           └── PublishedTableError (the runtime's published table)  fixtures/transition_checker.py
 
     Inconclusive (pytest's skip outcome)     a precondition the test bed missed, or a test

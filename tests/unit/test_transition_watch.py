@@ -1,7 +1,8 @@
-"""fixtures/transition_watch.py in a real pytest process: LIFE-01 judged on every test's runtime
-events, and the finding counted against LIFE-01 by the run record and the self-check (the
-certificate's part: tests/unit/reports/test_reports_also_failed.py). The hosts are stand-ins
-(an EmulatedHost without a VM) whose runtime client the test itself feeds; no VM.
+"""fixtures/transition_watch.py + fixtures/runtime_life_watch.py in a real pytest process: LIFE-01
+judged on every event of a runtime's whole life, inside tests and between them, and each finding
+counted against LIFE-01 by the run record and the self-check (the certificate's part:
+tests/unit/reports/test_reports_also_failed.py). The hosts are stand-ins (an EmulatedHost without
+a VM) whose runtime client the test itself feeds; no VM.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ TESTS = '''
 import types
 import pytest
 from hilconform.emulators.errors import QemuDied
+from hilconform.fixtures import runtime_life_watch
 from hilconform.fixtures.host import EmulatedHost
 from hilconform.fixtures.runtime_client import RuntimeCallError, RuntimeClient
 from hilconform.runtime.lifecycle import TransitionTable
@@ -35,6 +37,10 @@ class FedClient(RuntimeClient):
     def call(self, method, params=None, timeout_s=10.0):
         if method == "transitions" and self.answers:
             return TransitionTable.load().to_dict()
+        if method == "subscribe":
+            return {"seq": self.seq, "replayed": 0, "history_starts_at": 90}  # not from the start
+        if method == "stats":
+            return {"seq": self.seq}
         raise RuntimeCallError(method, "UNKNOWN_METHOD", "not here")
 
     def move(self, frm, to, cause, device=DEV, view="health"):
@@ -58,12 +64,17 @@ def stand_in(client=None):
     vm = types.SimpleNamespace(layout=None, qemu=None, agent=None, runtime_config=None,
                                console_tail=lambda n: "", console_log=lambda: "",
                                qmp_events_text=lambda: "", check_alive=lambda: None)
-    return EmulatedHost(vm=vm, name="stand-in", _runtime=client)
+    host = EmulatedHost(vm=vm, name="stand-in", _runtime=client)
+    if client is not None:
+        runtime_life_watch.follow(client, host.name)  # as EmulatedHost.runtime does on connect
+    return host
 
 
 @pytest.fixture
 def host():
-    return stand_in(FedClient())
+    host = stand_in(FedClient())
+    yield host
+    host.drop_runtime_client()  # as a host's close does: the watch reads the runtime to its end
 
 
 @pytest.fixture
@@ -96,6 +107,10 @@ def test_is_skipped_after_breaking_life01(host):
     decay(host._runtime)
     pytest.skip("lacks a capability")
 
+@pytest.mark.clause("HP-04")
+def test_carries_what_a_broken_and_a_skipped_test_saw(host):
+    pass
+
 @pytest.mark.clause("HP-05")
 def test_keeps_the_rules(host):
     host._runtime.move("HEALTHY", "ALLOCATED", "allocate:L1")
@@ -109,12 +124,34 @@ def test_an_earlier_violation_is_not_this_tests(host, request):
 @pytest.fixture
 def dirty_host():
     client = FedClient()
-    decay(client)  # before the test's call: not its events
-    return stand_in(client)
+    decay(client)  # before the test's call: not its events, but the run's
+    host = stand_in(client)
+    yield host
+    host.drop_runtime_client()
 
 @pytest.mark.clause("HP-06")
-def test_starts_clean_on_a_dirty_host(dirty_host):
+def test_reports_a_violation_from_before_its_window(dirty_host):
     dirty_host._runtime.move("HEALTHY", "ALLOCATED", "allocate:L2")
+
+@pytest.fixture(scope="module")
+def shared():
+    """A host kept across tests, as a worker's shared host is."""
+    host = stand_in(FedClient())
+    yield host
+    host.drop_runtime_client()
+
+@pytest.fixture
+def healed_between_tests(shared):
+    shared._runtime.move("DEGRADED", "HEALTHY", "aer:decayed")  # after the last test's window ended
+    return shared
+
+@pytest.mark.clause("LIFE-05")
+def test_leaves_a_device_degraded(shared):
+    shared._runtime.move("HEALTHY", "DEGRADED", "aer:recovered_nonfatal")
+
+@pytest.mark.clause("LIFE-03")
+def test_after_which_the_runtime_heals_it_on_its_own(healed_between_tests):
+    pass
 
 @pytest.mark.clause("DISC-01")
 def test_a_host_started_during_the_call_counts_from_its_first_event(host_factory):
@@ -154,6 +191,20 @@ def exploding():
 @pytest.mark.clause("DISC-04")
 def test_the_watchs_own_trouble_changes_nothing(exploding):
     pass
+
+@pytest.mark.clause("DISC-05")
+def test_a_later_test_reports_the_run_findings_left(host):
+    pass
+
+@pytest.fixture
+def heals_at_teardown(host):
+    yield
+    host._runtime.move("HEALTHY", "DEGRADED", "aer:recovered_nonfatal")
+    host._runtime.move("DEGRADED", "HEALTHY", "aer:decayed")  # after the last test's call
+
+@pytest.mark.clause("DISC-06")
+def test_the_last_test_reports_what_its_hosts_last_events_broke(heals_at_teardown):
+    pass
 '''
 
 
@@ -170,7 +221,7 @@ def _run(tmp_path) -> tuple[dict[str, dict], dict, str]:
     return tests, outcomes, done.stdout
 
 
-def test_the_watch_fails_and_counts_life01_only_where_the_test_ended_as_a_finding(tmp_path):
+def test_every_violation_of_the_runtimes_life_is_counted_once_against_life01(tmp_path):
     tests, junit, stdout = _run(tmp_path)
     seen = {name: (r["outcome"], r.get("also_failed", [])) for name, r in tests.items()}
     assert seen == {
@@ -178,33 +229,50 @@ def test_the_watch_fails_and_counts_life01_only_where_the_test_ended_as_a_findin
         "test_fails_on_its_own_clause_and_breaks_life01": ("failed", ["LIFE-01"]),
         "test_breaks_the_test_bed_after_breaking_life01": ("broken", []),
         "test_is_skipped_after_breaking_life01": ("skipped", []),
+        "test_carries_what_a_broken_and_a_skipped_test_saw": ("failed", ["LIFE-01"]),
         "test_keeps_the_rules": ("passed", []),
         "test_an_earlier_violation_is_not_this_tests": ("passed", []),
-        "test_starts_clean_on_a_dirty_host": ("passed", []),
+        "test_reports_a_violation_from_before_its_window": ("failed", ["LIFE-01"]),
+        "test_leaves_a_device_degraded": ("passed", []),
+        "test_after_which_the_runtime_heals_it_on_its_own": ("failed", ["LIFE-01"]),
         "test_a_host_started_during_the_call_counts_from_its_first_event": ("failed", ["LIFE-01"]),
         "test_a_runtime_that_does_not_publish_its_table_is_not_judged": ("passed", []),
         "test_without_a_runtime": ("passed", []),
         "test_the_watchs_own_trouble_changes_nothing": ("passed", []),
         "test_a_paired_main_move_in_flight_at_the_end_is_waited_for": ("passed", []),
-        "test_a_paired_main_move_that_never_comes_breaks_life01": ("failed", ["LIFE-01"]),
+        "test_a_paired_main_move_that_never_comes_breaks_life01": ("passed", []),
+        "test_a_later_test_reports_the_run_findings_left": ("failed", ["LIFE-01"]),
+        "test_the_last_test_reports_what_its_hosts_last_events_broke": ("failed", ["LIFE-01"]),
     }, stdout[-4000:]
-    assert "FIRMWARE_LOADED -> INITIALIZED that the published combination pairs with" in (
-        tests["test_a_paired_main_move_that_never_comes_breaks_life01"]["message"])
-    assert "the watch could not start" in stdout
     own = {name for name, r in tests.items() if r.get("own_clause_passed")}
     assert own == {"test_passes_but_its_events_break_life01",
+                   "test_carries_what_a_broken_and_a_skipped_test_saw",
+                   "test_reports_a_violation_from_before_its_window",
+                   "test_after_which_the_runtime_heals_it_on_its_own",
                    "test_a_host_started_during_the_call_counts_from_its_first_event",
-                   "test_a_paired_main_move_that_never_comes_breaks_life01"}, own
+                   "test_a_later_test_reports_the_run_findings_left",
+                   "test_the_last_test_reports_what_its_hosts_last_events_broke"}, own
     message = tests["test_passes_but_its_events_break_life01"]["message"]
     assert "LIFE-01" in message and "cause kind 'aer' may not take it" in message, message
     assert "its own finding" in tests["test_fails_on_its_own_clause_and_breaks_life01"]["message"]
-    assert "not counted (the test did not end as a finding)" in stdout  # the broken test's report
-    assert "the published table could not be read" in stdout
+    carried = tests["test_carries_what_a_broken_and_a_skipped_test_saw"]["message"]
+    assert "test_breaks_the_test_bed_after_breaking_life01" in carried, carried
+    assert "test_is_skipped_after_breaking_life01" in carried, carried
+    healed = tests["test_after_which_the_runtime_heals_it_on_its_own"]["message"]
+    assert "after or in test_watched.py::test_leaves_a_device_degraded" in healed, healed
+    assert "DEGRADED->HEALTHY (aer:decayed)" in healed, healed
+    assert "before this test's window" in tests["test_reports_a_violation_from_before_its_window"]["message"]
+    assert "FIRMWARE_LOADED -> INITIALIZED that the published combination pairs with" in (
+        tests["test_a_later_test_reports_the_run_findings_left"]["message"])
+    last = tests["test_the_last_test_reports_what_its_hosts_last_events_broke"]["message"]
+    assert "aer:decayed" in last, last
+    assert "the watch failed" in stdout and "transitions not judged" in stdout
     # the JUnit XML carries the property the self-check reads
     assert junit["test_passes_but_its_events_break_life01"].also_failed == ["LIFE-01"]
     assert junit["test_breaks_the_test_bed_after_breaking_life01"].also_failed == []
     assert junit["test_passes_but_its_events_break_life01"].own_clause_passed
     assert not junit["test_fails_on_its_own_clause_and_breaks_life01"].own_clause_passed
+    assert junit["test_after_which_the_runtime_heals_it_on_its_own"].also_failed == ["LIFE-01"]
 
 
 def test_the_self_check_takes_an_also_failed_clause_as_a_kill():
@@ -227,33 +295,41 @@ def test_a_test_failed_by_the_watch_alone_kills_no_mutant_of_its_own_clause():
     assert self_check.judge_mutant(mutant, {"a.py::t": failed})[0] == "killed"
 
 
-def test_a_client_cut_off_mid_stream_is_not_judged_on_what_only_its_end_could_show():
-    """A runtime restart drops the client between a health move and the main move the published
-    combination pairs with it: not a finding; on a client still open it is one."""
-    from types import SimpleNamespace
-
-    from hilconform.fixtures.runtime_client import RuntimeClient
-    from hilconform.fixtures.transition_watch import judge
+def test_a_runtime_that_no_longer_answers_is_not_judged_on_what_only_its_end_could_show():
+    """A runtime gone (the VM stopped) when its client is dropped between a health move and the main
+    move the published combination pairs with it: not a finding; one that still answers and never
+    sends the main move: a finding."""
+    from hilconform.fixtures.runtime_client import RuntimeClient, RuntimeUnresponsive
+    from hilconform.fixtures.runtime_life_watch import LifeWatch
     from hilconform.runtime.lifecycle import TransitionTable
 
     class Cut(RuntimeClient):
-        def __init__(self):
+        def __init__(self, answers_at_end: bool):
             super().__init__("/nonexistent")
+            self.answers_at_end, self.started = answers_at_end, False
 
         def call(self, method, params=None, timeout_s=10.0):
-            return TransitionTable.load().to_dict()
+            if method == "transitions":
+                return TransitionTable.load().to_dict()
+            if method == "subscribe":
+                self.started = True
+                return {"seq": 0, "replayed": 0, "history_starts_at": 1}
+            if not self.answers_at_end:
+                raise RuntimeUnresponsive("no reply to stats within 10.0s")
+            return {}
 
-    def watched(closed: bool):
-        client = Cut()
+    def ended(answers_at_end: bool) -> list[str]:
+        client = Cut(answers_at_end)
+        watch = LifeWatch(client, "h")
+        watch.start()
         client._events.append({"event": "transition", "seq": 5, "ts_ns": 5, "data": {
             "device": "0000:02:00.0", "view": "main", "from": "POWER_OFF", "to": "FIRMWARE_LOADED",
             "cause": "hot_add:firmware", "checkpoint": {"name": "c", "ok": True}, "ts_ns": 5}})
         client._events.append({"event": "transition", "seq": 6, "ts_ns": 6, "data": {
             "device": "0000:02:00.0", "view": "health", "from": "DISCOVERED", "to": "HEALTHY",
             "cause": "hot_add:boot", "checkpoint": {"name": "c", "ok": True}, "ts_ns": 6}})
-        client._closed = closed
-        host = SimpleNamespace(name="h", _runtime=Cut())
-        return [(host, client, 0)]
+        watch.end()
+        return [f.clause for f in watch.take_unreported()]
 
-    assert judge(watched(closed=True))[0] == []
-    assert [clause for clause, _ in judge(watched(closed=False))[0]] == ["LIFE-01"]
+    assert ended(answers_at_end=False) == []
+    assert ended(answers_at_end=True) == ["LIFE-01"]
