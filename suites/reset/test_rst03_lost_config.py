@@ -102,7 +102,7 @@ def _allocate_refused(runtime, bdf: str, fault) -> None:
 @pytest.mark.clause("RST-03")
 @pytest.mark.destructive
 @pytest.mark.needs("config-loss")
-def test_rst03_config_lost_while_allocated_faulted_at_release(host_factory, measurements, record_property):
+def test_rst03_config_lost_while_allocated_faulted_at_release(host_factory, measurements, request):
     """Configuration lost while the device is held, then released: RELEASED -> FAULTED, read
     from the device at the release checkpoint, never RELEASED -> HEALTHY from a cached record.
 
@@ -180,7 +180,8 @@ def test_rst03_config_lost_while_allocated_faulted_at_release(host_factory, meas
     path = _health_moves(runtime, bdf, held_mark)
     assert not any(to == "HEALTHY" for _f, to, _c in path), f"reported HEALTHY after the loss: {path}"
     _allocate_refused(runtime, bdf, fault)
-    record_property("judged_path", judged_path)
+    request.node.user_properties.append(("judged_path", judged_path))
+    request.node.add_report_section("call", "RST-03 judged path", judged_path)
 
 
 def _health_moves(runtime, bdf: str, after: int) -> list[tuple[str, str, str]]:
