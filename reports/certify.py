@@ -22,6 +22,7 @@ from pathlib import Path
 
 from hilconform.fixtures.errors import BadInput, ProfileError
 from hilconform.fixtures.host_spec import HostSpecError, parse_host_spec, serves_device_models
+from hilconform.fixtures.inconclusive_outcome import OPTION as INCONCLUSIVE_OPTION
 from hilconform.fixtures.labgrid_lab import LabError, coordinator_address
 from hilconform.fixtures.labgrid_lock import PlaceLock
 
@@ -280,6 +281,9 @@ def _pytest_argv(options: CertifyOptions, run: RunFolder, targets: list[str]) ->
         "-p",
         "no:cacheprovider",
         "-rfEs",
+        # An inconclusive is judged from the run record (clause inconclusive: incomplete, exit 2);
+        # without this pytest would exit 2 for it too, which PYTEST_TROUBLE reads as interrupted.
+        INCONCLUSIVE_OPTION,
         *PYTEST_CONFIG,
     ]
     if options.runtime_module:
