@@ -16,6 +16,7 @@ from hilconform.fixtures.device_plugin import (  # noqa: F401 (the DP tests impo
 )
 from hilconform.fixtures.host_protocol import budget  # noqa: F401 (the DP tests import it from here)
 from hilconform.fixtures.node_clock import node_monotonic_ns_now
+from hilconform.fixtures.plugin_ties import how_tied, ids_of, named, plugin_ties
 from hilconform.fixtures.runtime_waits import poll_until  # noqa: F401 (the DP tests import it from here)
 from hilconform.fixtures.uevent_witness import GuestUeventWitness
 
@@ -72,20 +73,75 @@ def latest_list(kubelet, resource: str) -> dict:
     return lists[-1]
 
 
-def one_lost(before: dict[str, str]):
-    """A device set in which exactly one of the IDs `before` listed Healthy is gone or Unhealthy
-    and every other one of them is still listed Healthy.
+def topologies(record: dict) -> dict[str, object]:
+    """ID -> the topology a ListAndWatch record gives it (None where it gives none)."""
+    return {d["ID"]: d.get("topology") for d in record["message"]["devices"]}
 
-    Only `before`'s Healthy IDs count: a device lost earlier may stay listed Unhealthy (or be
-    dropped, or be dropped later) as the clause allows, and is not "another device" that lost its
-    health; IDs new since `before` are not judged here. (Found with a plugin that keeps lost
-    devices Unhealthy: after the second removal two of `before`'s IDs were not Healthy, and a
-    conformant plugin was failed.)"""
-    healthy_before = [i for i, health in before.items() if health == HEALTHY]
 
-    def match(devices: dict[str, str]) -> bool:
-        return sum(devices.get(i) != HEALTHY for i in healthy_before) == 1
-    return match
+class LostDevice:
+    """Which of `before`'s Healthy IDs stand for the device at `bdf` and which for the others,
+    by what the plugin itself says (fixtures/plugin_ties.py: Allocate's device nodes,
+    environment, CDI names, topology), asked of the plugin before the fault (Allocate refuses
+    Unhealthy IDs). DP-03: every ID tied to the lost device goes Unhealthy or is dropped, every
+    other one of `before`'s Healthy IDs stays listed Healthy. Only `before`'s Healthy IDs are
+    judged: a device lost earlier may stay listed Unhealthy or be dropped (found with a plugin
+    that keeps lost devices Unhealthy, which a count of Healthy IDs had failed); IDs new since
+    `before` are not judged here."""
+
+    def __init__(self, host, kubelet, plugin, resource, bdf: str, before_record: dict):
+        self.bdf, self.resource = bdf, resource.name
+        before = advertised(before_record)
+        healthy = sorted(i for i, health in before.items() if health == HEALTHY)
+        self.ties = plugin_ties(host, kubelet, resource.name, healthy, topologies(before_record),
+                                plugin.managed(resource))
+        self.lost = ids_of(self.ties, bdf)
+        self.others = set(healthy) - self.lost
+        assert self.lost, (f"{resource.name}: none of the Healthy IDs stands for the device at {bdf} by what "
+                           f"the plugin says of them ({named(self.ties, healthy)}): its loss cannot be "
+                           "reported")
+
+    def match(self, devices: dict[str, str]) -> bool:
+        return (all(devices.get(i) != HEALTHY for i in self.lost)
+                and all(devices.get(i) == HEALTHY for i in self.others))
+
+    def wrongly_lost(self, devices: dict[str, str]) -> set[str]:
+        return {i for i in self.others if devices.get(i) != HEALTHY}
+
+    def describe(self) -> str:
+        return (f"the device at {self.bdf} ({named(self.ties, self.lost)}) gone or Unhealthy "
+                "and the others Healthy")
+
+    def await_loss(self, kubelet, since_seq: int, timeout_s: float, why: str = "") -> dict:
+        """The first ListAndWatch record after `since_seq` in which exactly the lost device's IDs
+        are gone or Unhealthy; every record before it listed the other devices Healthy ("stay
+        Healthy"). A failure names the IDs the plugin took out instead and the IDs it kept."""
+        what = self.describe() + (f" ({why})" if why else "")
+        try:
+            found = wait_list(kubelet, self.resource, since_seq, self.match, timeout_s, what)
+        except AssertionError as missed:
+            lists = [r for r in kubelet.records(since_seq)
+                     if r["kind"] == "list_and_watch" and r["resource"] == self.resource]
+            last = advertised(lists[-1]) if lists else None
+            if last is None:
+                raise
+            wrong = set().union(*(self.wrongly_lost(advertised(r)) for r in lists))
+            kept = {i for i in self.lost if last.get(i) == HEALTHY}
+            raise AssertionError(
+                f"{self.resource}: the device lost is at {self.bdf}, which the plugin ties to "
+                f"{named(self.ties, self.lost)}; in {timeout_s:.1f} s it reported "
+                f"{named(self.ties, wrong)} of other devices gone or Unhealthy and kept "
+                f"{named(self.ties, kept)} of the lost one Healthy (tied by what the plugin said: "
+                f"{how_tied(self.ties, self.lost | wrong)}) ({missed})") from None
+        for record in kubelet.records(since_seq):
+            if record["seq"] >= found["seq"]:
+                break
+            if record["kind"] == "list_and_watch" and record["resource"] == self.resource:
+                wrong = self.wrongly_lost(advertised(record))
+                assert not wrong, (
+                    f"{self.resource}: the device lost is at {self.bdf} ({named(self.ties, self.lost)}), but "
+                    f"the plugin reported {named(self.ties, wrong)} of other devices gone or Unhealthy "
+                    f"on the way (record {record['seq']}; they were to stay listed Healthy)")
+        return found
 
 
 def healthy_ids(record_or_devices: dict) -> set[str]:
@@ -171,16 +227,14 @@ def fault_and_await_loss(host, kubelet, plugin, target: str, inject, timeout_s: 
 
 def _fault_and_await_loss(host, kubelet, plugin, bdf: str, inject, timeout_s: float,
                           out_of_service=None) -> tuple[str, dict, object] | None:
-    resource = resource_of(plugin, host, bdf).name
-    before = advertised(latest_list(kubelet, resource))
+    resource = resource_of(plugin, host, bdf)
+    device = LostDevice(host, kubelet, plugin, resource, bdf, latest_list(kubelet, resource.name))
     mark = kubelet.last_seq()
     record = inject()
+    why = ""
     if out_of_service is not None:
         why = out_of_service(record)
         if not why:
             return None
-        what = f"the device at {bdf} gone or Unhealthy ({why}) and the others Healthy"
-    else:
-        what = f"the device at {bdf} gone or Unhealthy and the others Healthy"
-    lost = wait_list(kubelet, resource, mark, one_lost(before), timeout_s, what)
-    return resource, lost, record
+    lost = device.await_loss(kubelet, mark, timeout_s, why)
+    return resource.name, lost, record

@@ -8,12 +8,19 @@ removal, a real one, removes the device without warning (sysfs) and a rescan bri
 Measured on the node's clock: the kernel's `add` uevent of the re-added device (an independent
 `udevadm monitor`) to the stand-in's record of the ListAndWatch message listing every ID it had
 before the loss Healthy again.
+
+Which IDs are the removed device's is what the plugin itself says (fixtures/plugin_ties.py:
+Allocate's device nodes, environment, CDI names, topology, asked before the removal): the loss
+awaited is exactly those IDs gone or Unhealthy, the others Healthy (DP-03's judge); back, the
+same IDs are Healthy again and the plugin's Allocate ties them to the device in the slot again
+(the same unit under the same ID, not an ID moved onto another device).
 """
 
 from __future__ import annotations
 
 import pytest
 from dp_support import (
+    LostDevice,
     advertised,
     answer_window_s,
     await_departure,
@@ -25,8 +32,10 @@ from dp_support import (
     latest_list,
     listed_healthy,
     ms_after,
-    one_lost,
+    named,
+    plugin_ties,
     resource_of,
+    topologies,
     wait_list,
 )
 
@@ -52,11 +61,13 @@ def test_a_device_back_in_its_slot_is_healthy_again_under_its_id(host_factory, m
         for target in host.targets(removal)[:RETURNS]:
             bdf = host.target_bdf(target)
             resource = resource_of(plugin, host, bdf)
-            before = advertised(latest_list(kubelet, resource.name))
+            before_record = latest_list(kubelet, resource.name)
+            before = advertised(before_record)
+            device = LostDevice(host, kubelet, plugin, resource, bdf, before_record)
             mark = kubelet.last_seq()
             departures = host.get(removal).departures()
             host.get(removal).remove(target)
-            wait_list(kubelet, resource.name, mark, one_lost(before), 60, f"the device at {bdf} lost")
+            device.await_loss(kubelet, mark, 60)
             await_departure(departures, bdf)
             mark = kubelet.last_seq()
             witness = GuestUeventWitness(host)
@@ -71,7 +82,22 @@ def test_a_device_back_in_its_slot_is_healthy_again_under_its_id(host_factory, m
             finally:
                 seen = witness.stop()
             figures.append(ms_after(back, int(kernel_event_ms(seen, "add", bdf) * 1e6)))
+            _same_unit_under_its_ids(host, kubelet, plugin, resource, target, device, back)
         assert host.runtime_pid() == pid, "the plugin was restarted"
     summary = measurements.record("DP-04", "return_after_re_add", figures, "ms", budget=limit,
                                   budget_stat="max")
     assert summary.within_budget, summary.text()
+
+
+def _same_unit_under_its_ids(host, kubelet, plugin, resource, target: str, device: LostDevice,
+                             back: dict) -> None:
+    """The IDs back Healthy stand for the unit back in the slot, by what the plugin says of them
+    now (Allocate asked again): the same ID for the same unit, not the lost ID restored while it
+    now stands for another device. The slot's BDF read again (a real host's rescan may number
+    it anew)."""
+    bdf = host.target_bdf(target)
+    ties = plugin_ties(host, kubelet, resource.name, sorted(device.lost), topologies(back),
+                       plugin.managed(resource))
+    astray = {i for i in device.lost if bdf not in ties[i].bdfs}
+    assert not astray, (f"{resource.name}: back Healthy, {named(ties, astray)} no longer stand for the "
+                        f"device back at {bdf} (before its removal: {named(device.ties, device.lost)})")
