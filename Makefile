@@ -40,6 +40,8 @@ XDIST := -n 2 --dist worksteal
 # the tests marked `extended` (second proofs of paths the gate proves on another profile or plugin:
 # fixtures/plugin.py MARKERS) and the suites on the stock variant ($(STOCK_HOST)), all but the DP
 # suite (STOCK_SUITES= for all of it; make certify runs every suite on both hosts). CI runs both.
+# An inconclusive test fails either, exit 2 (fixtures/inconclusive_outcome.py): inconclusive is never
+# green, so no --accept-inconclusive here.
 STOCK_SUITES ?= --ignore=suites/deviceplugin
 test: setup setup-test venv image qemu-prefix
 	$(PY) -m pytest $(XDIST) -m "not extended" $(PYTEST_ARGS)

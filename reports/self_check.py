@@ -98,6 +98,9 @@ class RunResult:
     why: str
     caught_by: list[str]
     wall_s: float
+    # pytest's exit status, for the record only: the verdict comes from the JUnit XML (an inconclusive
+    # test is a JUnit skip: a mutant's survival, the reference's failure), and pytest exits 2 for an
+    # inconclusive as for an interrupted run (fixtures/inconclusive_outcome.py).
     exit_code: int | None
     tests: list[TestOutcome]
 
