@@ -10,6 +10,7 @@ implementations here (`_stall_model_queue`, ...) for a model slot.
 
 from __future__ import annotations
 
+import copy
 import time
 from pathlib import Path
 
@@ -36,10 +37,16 @@ class ModelQueue:
 
     def __init__(self, device):
         self._device = device
+        self._log = device.queue.hold_log  # this stall's record (a later stall starts its own)
 
     @property
     def stalled(self) -> bool:
         return self._device.queue.stuck
+
+    def hold_log(self):
+        """A copy of the model's own record of this stall (registers.HoldLog)."""
+        with self._device.lock:
+            return copy.deepcopy(self._log)
 
     def resume(self) -> None:
         self._device.stick_queue(False)

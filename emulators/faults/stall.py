@@ -86,6 +86,14 @@ class QueueStall:
                 arm()
             return time.monotonic_ns()
 
+    def model_record(self):
+        """The device model's own record of this stall (emulators/vfio_user/registers.HoldLog: when
+        it was armed, every read of its in-flight count and what it returned, the look that let the
+        commands go, the first read that found the queue empty), or None where the backend keeps
+        none (an NBD export: the host knows only when it let the backend go)."""
+        read = getattr(self._backend, "hold_log", None)
+        return None if read is None else read()
+
     def wait_resumed(self, timeout_s: float) -> int:
         if not self._resumed.wait(timeout_s):
             raise WaitTimeout(f"queue of {self.slot} not resumed within {timeout_s:.1f}s")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import time
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 from .model import MODEL_DIR, DeviceModel
@@ -33,6 +33,32 @@ class QueueCounters:
     rejected: int = 0
 
 
+@dataclass
+class HoldLog:
+    """The model's own record of one stall, from the moment it stuck the queue: what the guest's
+    reads of the queue found while the commands were held and after they were let go.
+
+    Why: HP-02 judges a drain against it. Where the model holds a read in flight until the
+    guest looks (`answer_after_next_look`), "the read was in flight when the drain looked" is
+    the model's guarantee, not a guess from timings: a drain that reports its queue empty before
+    any read of the queue found it empty reported done with work in flight, whatever it polled.
+    Times are `clock()` seconds (time.monotonic: the host's CLOCK_MONOTONIC, the clock of the
+    runtime client's `host_ns`)."""
+
+    stuck_at: float
+    in_flight_at_stall: int
+    armed_at: float | None = None  # answer_after_next_look: from here the next look lets it go
+    looks: list[tuple[float, int]] = field(default_factory=list)  # (when, value) in-flight reads
+    answered_at: float | None = None  # the look that let the held commands go
+    answered_in_flight: int | None = None  # what that look returned (still in flight)
+    emptied_at: float | None = None  # the first read of the queue's state that found none in flight
+    emptied_register: str | None = None  # which register that read was
+    released_at: float | None = None  # unstuck by the host (resume), not by a look
+    reset_at: float | None = None  # a queue reset dropped what was in flight
+
+    MAX_LOOKS = 2000  # a drain polling every 5 ms for 300 ms looks ~60 times
+
+
 class CommandQueue:
     """Commands in flight, completed in order when due (unless stuck)."""
 
@@ -43,6 +69,7 @@ class CommandQueue:
         self.stuck = False
         self.answer_on_look = False  # stuck until the next read of the in-flight count, then answers
         self.answered_at: float | None = None  # clock() when that read let the queue go
+        self.hold_log: HoldLog | None = None  # the latest stall's record (HoldLog)
         self.counters = QueueCounters()
         self._due: collections.deque[float] = collections.deque()
 
@@ -79,20 +106,39 @@ class CommandQueue:
         if self.stuck:
             self.answer_on_look = True
             self.answered_at = None
+            if self.hold_log is not None:
+                self.hold_log.armed_at = self.clock()
 
-    def looked(self) -> None:
-        """The in-flight count was read (after its value was taken)."""
+    def looked(self, value: int) -> None:
+        """The in-flight count was read (after its value, `value`, was taken)."""
+        log = self.hold_log
+        if log is not None and log.emptied_at is None and len(log.looks) < HoldLog.MAX_LOOKS:
+            log.looks.append((self.clock(), value))
         if self.stuck and self.answer_on_look:
-            self.set_stuck(False)
+            self.set_stuck(False, by_look=True)
             self.answered_at = self.clock()
+            if log is not None:
+                log.answered_at, log.answered_in_flight = self.answered_at, value
 
-    def set_stuck(self, stuck: bool) -> None:
+    def seen(self, register: str) -> None:
+        """A register telling the queue's state was read (after advance()): the first such read
+        that finds nothing in flight once the held commands were let go is when the guest could
+        first know the queue empty."""
+        log = self.hold_log
+        if (log is not None and log.emptied_at is None and not self.stuck and not self._due
+                and (log.answered_at is not None or log.released_at is not None)):
+            log.emptied_at, log.emptied_register = self.clock(), register
+
+    def set_stuck(self, stuck: bool, by_look: bool = False) -> None:
         self.answer_on_look = False
         if stuck:
             self.advance()
             self.stuck = True
+            self.hold_log = HoldLog(self.clock(), len(self._due))
             return
         # Unstuck: what was waiting is due from now on, one service time apart.
+        if self.stuck and not by_look and self.hold_log is not None and self.hold_log.released_at is None:
+            self.hold_log.released_at = self.clock()
         self.stuck = False
         now = self.clock()
         pending = len(self._due)
@@ -111,6 +157,8 @@ class CommandQueue:
 
     def reset(self) -> None:
         """Drop every command in flight; head and tail back to 0 (completions keep counting)."""
+        if self._due and self.hold_log is not None and self.hold_log.reset_at is None:
+            self.hold_log.reset_at = self.clock()
         self._due.clear()
         self.counters.head = 0
         self.counters.tail = 0
@@ -126,8 +174,15 @@ class RegisterFile:
         self.firmware_version = model.firmware.register
         self.shell_version = model.shell.register if model.shell else 0
         self.scratch = 0
+        # reads that tell the guest whether commands are in flight (HoldLog.emptied_at)
+        self._state_registers = {self.regs[n]: n
+                                 for n in ("queue_in_flight", "queue_head", "queue_completions")}
 
-    def read32(self, offset: int) -> int:
+    def read32(self, offset: int, first_byte: bool = True) -> int:
+        """The register at `offset`. `first_byte`: the access reads the register's lowest byte (a
+        whole read, or the first of a read the guest's CPU split byte by byte, as the kernel's
+        copy of a mapped BAR may do): only such an access is a look at the queue (the guest's
+        value of a count below 256 is in that byte; the later bytes are the same read's)."""
         r = self.regs
         self.queue.advance()
         c = self.queue.counters
@@ -145,8 +200,10 @@ class RegisterFile:
             r["queue_in_flight"]: self.queue.in_flight,
             r["queue_rejected"]: c.rejected,
         }
-        if offset == r["queue_in_flight"]:
-            self.queue.looked()
+        if first_byte and offset in self._state_registers:
+            self.queue.seen(self._state_registers[offset])
+        if offset == r["queue_in_flight"] and first_byte:
+            self.queue.looked(values[offset])
         return values.get(offset, 0)
 
     def write32(self, offset: int, value: int) -> None:
@@ -166,7 +223,7 @@ class RegisterFile:
         end = offset + count
         raw = bytearray()
         for at in range(start, end, 4):
-            raw += self.read32(at).to_bytes(4, "little")
+            raw += self.read32(at, first_byte=at >= offset).to_bytes(4, "little")
         return bytes(raw[offset - start:offset - start + count])
 
     def write(self, offset: int, data: bytes) -> None:

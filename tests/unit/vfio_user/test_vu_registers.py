@@ -91,3 +91,63 @@ def test_answer_after_next_look_is_dropped_by_a_new_stall_and_ignored_when_not_s
     queue.answer_after_next_look()
     queue.set_stuck(True)  # stalled afresh: the earlier arming is gone
     assert regs.read32(r["queue_in_flight"]) == 1 and queue.stuck
+
+
+def test_the_hold_log_records_what_each_look_found_and_when_the_queue_was_first_seen_empty():
+    """HP-02 judges a drain against the model's own record: a drain that reports ok before any
+    read found the queue empty reported done with the read in flight."""
+    clock, queue, regs, r = make()
+    regs.write(r["queue_doorbell"], (2).to_bytes(4, "little"))
+    queue.set_stuck(True)
+    log = queue.hold_log
+    assert log.stuck_at == clock.now and log.in_flight_at_stall == 2
+    clock.now += 0.5
+    assert regs.read32(r["queue_in_flight"]) == 2  # a look before the arming: held
+    clock.now += 0.5
+    queue.answer_after_next_look()
+    assert log.armed_at == clock.now
+    clock.now += 0.1
+    assert regs.read32(r["queue_in_flight"]) == 2  # the look that lets it go: still in flight
+    assert log.answered_at == clock.now and log.answered_in_flight == 2 and log.emptied_at is None
+    clock.now += 0.01
+    assert regs.read32(r["magic"]) == r["magic_value"] and log.emptied_at is None  # says nothing of the queue
+    assert regs.read32(r["queue_in_flight"]) == 0
+    assert log.emptied_at == clock.now and log.emptied_register == "queue_in_flight"
+    assert [v for _t, v in log.looks] == [2, 2]  # the reads up to the one that found it empty
+    assert log.released_at is None  # answered by a look, not by the host
+
+
+def test_a_hold_log_of_a_queue_never_looked_at_shows_it_never_answered():
+    clock, queue, regs, r = make()
+    regs.write(r["queue_doorbell"], (1).to_bytes(4, "little"))
+    queue.set_stuck(True)
+    queue.answer_after_next_look()
+    clock.now += 1.0
+    assert regs.read32(r["queue_head"]) == 0  # not a look at the in-flight count: still held
+    log = queue.hold_log
+    assert log.answered_at is None and log.emptied_at is None and log.looks == []
+    queue.set_stuck(False)  # the host lets it go (resume)
+    assert log.released_at == clock.now
+    clock.now += 0.01
+    assert regs.read32(r["queue_head"]) == 1 and log.emptied_at == clock.now
+    queue.set_stuck(True)
+    assert queue.hold_log is not log  # each stall its own record
+
+
+def test_a_read_split_byte_by_byte_is_one_look():
+    """The kernel's copy of a mapped BAR may read a register byte by byte: the access to its
+    lowest byte is the look (it answers a held queue); the later bytes of the same read are not
+    a look, nor a read that finds the queue empty, however long after they come."""
+    clock, queue, regs, r = make()
+    regs.write32(r["queue_doorbell"], 2)
+    queue.set_stuck(True)
+    queue.answer_after_next_look()
+    at = r["queue_in_flight"]
+    assert regs.read(at, 1) == b"\x02"  # the look: answers, still in flight
+    log = queue.hold_log
+    assert log.answered_at == clock.now and log.answered_in_flight == 2
+    clock.now += 0.01  # both commands due by now
+    assert regs.read(at + 1, 1) == b"\x00" and regs.read(at + 2, 2) == b"\x00\x00"
+    assert log.emptied_at is None and len(log.looks) == 1  # the same read's later bytes
+    assert regs.read(at, 4) == b"\x00\x00\x00\x00"  # the next read: found empty
+    assert log.emptied_at == clock.now
