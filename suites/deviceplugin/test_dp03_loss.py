@@ -3,6 +3,13 @@
 `dp_loss_ms`; the other devices stay listed and Healthy; the plugin keeps serving (Allocate of a
 remaining Healthy device still answers).
 
+"That device, not another": the IDs that must go are those the plugin itself ties to the lost
+device's PCI address, asked before the fault (dp_support.LostDevice, fixtures/plugin_ties.py:
+Allocate's device nodes resolved through sysfs, its environment, CDI names, topology; never the
+ID's text). Counting Healthy IDs would pass a plugin that flags the next card instead of the
+lost one (tests/mutants/dp_flags_wrong_device.py), and IDs are opaque, so a conformant plugin
+with hashed IDs is judged the same way.
+
 Measured on the node's clock, to the stand-in's record of the ListAndWatch message without the
 device Healthy: from the kernel's `remove` uevent (an independent `udevadm monitor` on the node)
 for a removal; from the fault's request, mapped onto the node's clock (erring early), for a
