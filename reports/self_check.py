@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from hilconform.fixtures.clauses import ALSO_FAILED_PROPERTY, OWN_CLAUSE_PASSED_PROPERTY
+from hilconform.fixtures.clauses import ALSO_FAILED_PROPERTY, LATE_FINDING, OWN_CLAUSE_PASSED_PROPERTY
 from hilconform.fixtures.errors import BadInput
 
 CHECKOUT = Path(__file__).resolve().parent.parent
@@ -151,6 +151,8 @@ def read_junit(path: Path) -> dict[str, TestOutcome]:
         tags = {child.tag: child for child in case}
         if "failure" in tags:
             outcome, detail = "failed", tags["failure"]
+        elif "error" in tags and LATE_FINDING in (tags["error"].get("message") or ""):
+            outcome, detail = "failed", tags["error"]  # a finding of the run, read at the last teardown
         elif "error" in tags:
             outcome, detail = "error", tags["error"]
         elif "skipped" in tags:

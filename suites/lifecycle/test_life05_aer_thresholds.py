@@ -16,7 +16,8 @@ counts (the decayed weight of N errors is just under N).
   DEGRADED, errors 5-6 -> FAULTED, in that order. The other devices stay HEALTHY.
 * Policy (`nonfatal_recovered = DEGRADED`, thresholds out of reach): one recovered
   error -> DEGRADED although the error weight is far below degrade_weight; `recover`
-  -> HEALTHY.
+  -> HEALTHY; one more error leaves it DEGRADED at the test's end, and the host's close
+  watches it past the test (LIFE-01 over the runtime's whole life: only `recover` heals it).
 * Decay (a half-life of seconds, one error past degrade_weight): the device is DEGRADED;
   it is watched for longer than the decay takes to bring its weight under
   degrade_weight (plus three health polls, where a runtime would act on it) and must
@@ -153,6 +154,12 @@ def test_a_recovered_error_leaves_the_state_the_policy_names(host_factory):
     assert health_moves(runtime, start, bdf) == [("HEALTHY", "DEGRADED"), ("DEGRADED", "HEALTHY")]
     checker.feed_all(runtime.events(mark))
     checker.assert_clean()
+
+    # Left DEGRADED for the rest of the runtime's life: no recover comes, so nothing may heal it.
+    # The host's close watches it for the profile's degraded_watch_s (fixtures/runtime_life_watch.py),
+    # past the end of this test: a runtime that heals it on its own then is a LIFE-01 finding.
+    record = _errors(host, slot_of(host, bdf), bdf, 1)
+    assert record["state"] == "DEGRADED", f"policy nonfatal_recovered=DEGRADED, one recovered error: {record}"
 
 
 def test_a_degraded_device_stays_degraded_after_its_errors_decay_until_recover(host_factory):

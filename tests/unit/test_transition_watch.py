@@ -273,6 +273,16 @@ def test_every_violation_of_the_runtimes_life_is_counted_once_against_life01(tmp
     assert junit["test_passes_but_its_events_break_life01"].own_clause_passed
     assert not junit["test_fails_on_its_own_clause_and_breaks_life01"].own_clause_passed
     assert junit["test_after_which_the_runtime_heals_it_on_its_own"].also_failed == ["LIFE-01"]
+    # the last test's teardown finding is an error in the JUnit XML, and a finding for the self-check
+    last = junit["test_the_last_test_reports_what_its_hosts_last_events_broke"]
+    assert (last.outcome, last.also_failed) == ("failed", ["LIFE-01"]), last
+
+
+def test_the_late_findings_name_is_the_errors():
+    from hilconform.fixtures.clauses import LATE_FINDING
+    from hilconform.fixtures.transition_watch import TransitionRulesBrokenAfterTheTests
+
+    assert LATE_FINDING == TransitionRulesBrokenAfterTheTests.__name__
 
 
 def test_the_self_check_takes_an_also_failed_clause_as_a_kill():
