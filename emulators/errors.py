@@ -31,11 +31,13 @@ error of the harness is one of them::
           │                                   a failed clause (exit 1)
           ├── RuntimeUnresponsive, RuntimeProtocolViolation     fixtures/runtime_client.py
           ├── TransitionRulesBroken, TransitionRulesBrokenAfterTheTests  fixtures/transition_watch.py
+          ├── Untied (an ID the plugin ties to no managed device)     fixtures/plugin_ties.py
           └── PublishedTableError (the runtime's published table)  fixtures/transition_checker.py
 
-    Inconclusive (pytest's skip outcome)     a precondition the test bed missed, or a test
+    Inconclusive (its own pytest outcome)    a precondition the test bed missed, or a test
                                               bed too slow to judge: neither pass nor fail,
-                                              the run incomplete (exit 2)  fixtures/errors.py
+                                              the run incomplete (exit 2)  fixtures/errors.py,
+                                                               fixtures/inconclusive_outcome.py
 
 A plain ``assert`` in a suite is a ConformanceFailure too (pytest reports it as
 failed). Errors outside the tree are answers, not failures of anyone: a refused
