@@ -37,10 +37,14 @@ RESCAN_S = 0.2  # between two looks for threads that came or went (a device mode
 @dataclass(frozen=True)
 class WaitSeries:
     """When the watched threads waited for a CPU: disjoint intervals (`starts_ns`, `ends_ns`,
-    host CLOCK_MONOTONIC, ascending), and the union of what every thread waited."""
+    host CLOCK_MONOTONIC, ascending), and the union of what every thread waited. `acting`: the
+    same for the sampler's acting threads alone (the ones that run the system under test, e.g. a
+    guest's virtual CPUs), where it was given some: the only waits that can delay what the system
+    under test must do itself (a timer's wake, a poll after an answer)."""
 
     starts_ns: tuple[int, ...]
     ends_ns: tuple[int, ...]
+    acting: WaitSeries | None = None
 
     def waited_between(self, start_ns: int, end_ns: int) -> int:
         """How long inside [start_ns, end_ns] of the host's clock some watched thread waited (ns)."""
@@ -84,13 +88,18 @@ def read_run_delay_ns(fd: int) -> int | None:
 class ThreadWaitSampler:
     """Samples the run delay of the threads `threads()` names ((pid, tid) pairs, asked again every
     RESCAN_S) until `stop()`, which returns the WaitSeries. A thread's wait counts from its first
-    sample on; an ended thread keeps what it had."""
+    sample on; an ended thread keeps what it had. `acting` (optional, asked at each rescan): which
+    of those threads run the system under test; their waits are also kept apart (`.acting`)."""
 
-    def __init__(self, threads: Callable[[], Iterable[tuple[int, int]]], period_s: float = PERIOD_S):
+    def __init__(self, threads: Callable[[], Iterable[tuple[int, int]]], period_s: float = PERIOD_S,
+                 acting: Callable[[], Iterable[tuple[int, int]]] | None = None):
         self._threads = threads
+        self._acting = acting
+        self._acting_keys: set[tuple[int, int]] = set()
         self._period_s = period_s
         self._files: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, tid) -> (fd, last run delay)
         self._waits = _Union()
+        self._acting_waits = _Union()
         self.samples = 0
         self._stop = threading.Event()
         self._error: BaseException | None = None
@@ -111,7 +120,9 @@ class ThreadWaitSampler:
         self._files.clear()
         if self._error is not None:
             raise self._error
-        return WaitSeries(tuple(self._waits.starts), tuple(self._waits.ends))
+        acting = None if self._acting is None else WaitSeries(tuple(self._acting_waits.starts),
+                                                               tuple(self._acting_waits.ends))
+        return WaitSeries(tuple(self._waits.starts), tuple(self._waits.ends), acting)
 
     def _run(self) -> None:
         try:
@@ -126,6 +137,8 @@ class ThreadWaitSampler:
             self._error = exc
 
     def _rescan(self) -> None:
+        if self._acting is not None:
+            self._acting_keys = set(self._acting())
         for key in set(self._threads()) - set(self._files):
             pid, tid = key
             try:
@@ -140,7 +153,7 @@ class ThreadWaitSampler:
 
     def _sample(self) -> None:
         now = time.monotonic_ns()
-        credited = []
+        credited, acting = [], []
         for key, (fd, last) in list(self._files.items()):
             delay = read_run_delay_ns(fd)
             if delay is None:  # ended: what it waited stays in the union
@@ -149,9 +162,12 @@ class ThreadWaitSampler:
                 continue
             if delay > last:
                 credited.append(delay - last)
+                if key in self._acting_keys:
+                    acting.append(delay - last)
             self._files[key] = (fd, delay)
-        for waited in sorted(credited):  # each wait ended by now: it covered [now - waited, now]
-            self._waits.add(now - waited, now)
+        for waits, union in ((credited, self._waits), (acting, self._acting_waits)):
+            for waited in sorted(waits):  # each wait ended by now: it covered [now - waited, now]
+                union.add(now - waited, now)
         self.samples += 1
 
 

@@ -381,6 +381,14 @@ class EmulatedVM:
                 threads += thread_wait.process_threads(backend.process.pid)
         return threads
 
+    def guest_cpu_threads(self) -> list[tuple[int, int]]:
+        """(pid, tid) of QEMU's virtual CPU threads: the only host threads that run the guest's own
+        code (the runtime's timers, its polls, its start), so the only ones whose waits for a CPU can
+        delay what the runtime itself must do (emulators/thread_wait.py `acting`)."""
+        if self.qemu is None:
+            return []
+        return thread_wait.process_threads(self.qemu.pid, lambda name: name.startswith("CPU "))
+
 
 def _runs_the_guest(thread_name: str) -> bool:
     """QEMU's threads that run guest code or answer the device models for it (QEMU names them)."""

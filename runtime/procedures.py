@@ -472,20 +472,28 @@ def _recover(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks, faulted:
 
 # --- hot-remove (HP-01..04) -----------------------------------------------------------------
 def _drain_timeout(depth: int | None, polls: int, start: float, timeout_s: float, **detail) -> dict:
-    """The drain's result when it gives up at its deadline (depth None: the queue could not be read)."""
+    """The drain's result when it gives up at its deadline (depth None: the queue could not be read),
+    with its deadline arithmetic on the runtime's clock (`started_ns`, `deadline_ns`, `gave_up_ns`:
+    CLOCK_MONOTONIC, the clock of the events' `ts_ns`; docs/protocol.md): HP-03 judges give-up
+    less start against the timeout on this clock, with no excuse for load."""
+    gave_up_ns = time.monotonic_ns()
+    started_ns = int(start * 1e9)
     return {
         "status": "timeout",
         "depth": depth,
         **detail,
         "polls": polls,
-        "elapsed_ms": round((time.monotonic() - start) * 1000, 3),
+        "elapsed_ms": round((gave_up_ns - started_ns) / 1e6, 3),
         "timeout_ms": round(timeout_s * 1000, 3),
+        "started_ns": started_ns,
+        "deadline_ns": started_ns + int(timeout_s * 1e9),
+        "gave_up_ns": gave_up_ns,
     }
 
 
 def drain(hooks: ClassHooks, sysfs: Sysfs, bdf: str, timeout_s: float, poll_s: float, gone) -> dict:
     """Poll the class queue probe until it reads 0; never waits past ``timeout_s``."""
-    start = time.monotonic()
+    start = time.monotonic_ns() / 1e9  # the clock of `started_ns`, exactly (docs/protocol.md)
     deadline = start + timeout_s
     polls, depth = 0, None
     while True:
@@ -514,7 +522,8 @@ def drain(hooks: ClassHooks, sysfs: Sysfs, bdf: str, timeout_s: float, poll_s: f
                 "elapsed_ms": elapsed_ms,
             }
         if depth == 0:
-            return {"status": "ok", "depth": 0, "polls": polls, "elapsed_ms": elapsed_ms}
+            return {"status": "ok", "depth": 0, "polls": polls, "elapsed_ms": elapsed_ms,
+                    "started_ns": int(start * 1e9), "deadline_ns": int(deadline * 1e9)}
         if gone():
             return {
                 "status": "aborted",

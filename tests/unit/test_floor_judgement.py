@@ -7,9 +7,11 @@ import pytest
 from hilconform.fixtures.errors import Inconclusive, InfrastructureError
 from hilconform.fixtures.floor_judgement import (
     FloorBudgets,
+    TimerReport,
     judge_interval_over_stalls,
     judge_less_stalls,
     judge_over_floor,
+    judge_timer,
 )
 
 KEYS = FloorBudgets(absolute="total_ms", share="share_ms", floor_limit="floor_limit_ms")
@@ -117,7 +119,7 @@ def test_a_late_interval_whose_stalls_account_for_it_passes():
 
 
 def test_a_late_interval_beyond_its_stalls_fails_when_the_stalls_met_their_limit():
-    with pytest.raises(AssertionError, match="stalls inside the interval met its limit"):
+    with pytest.raises(AssertionError, match="acting thread.s stall before its end met its limit"):
         _judge_interval(_Host(stall_limit_ms=1000), 3000, 200)  # a 3 s drain timeout
 
 
@@ -186,3 +188,70 @@ def test_without_a_stall_limit_the_whole_figure_is_judged():
     host = _Host(total_ms=5000)
     with pytest.raises(AssertionError, match="MISSED"):
         _judge_less_stalls(host, [5622], [1200])
+
+
+def test_an_interval_whose_stall_is_not_known_is_judged_whole():
+    with pytest.raises(AssertionError, match="MISSED"):
+        _judge_interval(_Host(stall_limit_ms=1000), 653, None)
+
+
+# -- a timer judged on the runtime's own deadline arithmetic (HP-03) --------------------------------
+
+MS = 1_000_000
+
+
+def _judge_timer(host, report, host_ms, end_stall_ms=0.0):
+    measurements = _Measurements()
+    judge_timer(host, measurements, "HP-03", "give_up", report, host_ms, 150, 450, 150, end_stall_ms,
+                "stall_limit_ms")
+    return measurements.recorded
+
+
+def _report(gave_up_ms, deadline_ms=300):
+    start = 5_000 * MS
+    return TimerReport(start, start + deadline_ms * MS, start + int(gave_up_ms * MS))
+
+
+def test_a_timer_that_gives_up_at_its_deadline_with_true_times_passes():
+    recorded = _judge_timer(_Host(stall_limit_ms=300), _report(310), host_ms=380)
+    assert recorded["give_up"].values == [310] and recorded["give_up_deadline"].values == [300]
+    assert recorded["give_up_report_lag"].values == [70]
+
+
+def test_a_late_give_up_on_the_runtimes_clock_fails_whatever_the_stalls():
+    # a timer that slept three times its deadline (the deadline reported right); the node stalled
+    # for most of it, which the old judgement (all threads, the whole interval) subtracted
+    for stall in (0.0, 600.0, 5000.0):
+        with pytest.raises(AssertionError, match="without excuse"):
+            _judge_timer(_Host(stall_limit_ms=300), _report(905, deadline_ms=300), 950, stall)
+
+
+def test_a_wrong_deadline_fails_even_when_given_up_in_time():
+    with pytest.raises(AssertionError, match="set its deadline 900.0 ms"):
+        _judge_timer(_Host(stall_limit_ms=300), _report(400, deadline_ms=900), 450)
+
+
+def test_a_give_up_before_its_own_deadline_fails():
+    with pytest.raises(AssertionError, match="before its own deadline"):
+        _judge_timer(_Host(stall_limit_ms=300), _report(310, deadline_ms=350), 330)
+
+
+def test_reported_times_the_host_did_not_see_fail_unless_the_acting_thread_stalled():
+    # reports 310 ms; the host saw 910 ms between its start and its give-up
+    with pytest.raises(AssertionError, match="reported times are not true"):
+        _judge_timer(_Host(stall_limit_ms=300), _report(310), 910, end_stall_ms=100)
+    recorded = _judge_timer(_Host(stall_limit_ms=300), _report(310), 550, end_stall_ms=100)
+    assert recorded["give_up_report_lag_over_stalls"].values == [140]
+    with pytest.raises(Inconclusive):
+        _judge_timer(_Host(stall_limit_ms=300), _report(310), 910, end_stall_ms=400)
+    with pytest.raises(AssertionError, match="not true"):  # real hosts: no excuse
+        _judge_timer(_Host(), _report(310), 550, end_stall_ms=None)
+
+
+def test_a_runtime_that_reports_no_times_is_judged_by_the_hosts_interval_without_excuse():
+    assert TimerReport.of({"elapsed_ms": 300.0}) is None
+    assert TimerReport.of({"started_ns": 1, "deadline_ns": 2, "gave_up_ns": True}) is None
+    recorded = _judge_timer(_Host(stall_limit_ms=300), None, 420, end_stall_ms=5000)
+    assert recorded["give_up_host_clock"].values == [420]
+    with pytest.raises(AssertionError, match="judged whole, without excuse"):
+        _judge_timer(_Host(stall_limit_ms=300), None, 653, end_stall_ms=5000)

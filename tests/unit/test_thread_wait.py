@@ -13,6 +13,7 @@ import pytest
 
 from hilconform.emulators.guest_clock import MonotonicOffset
 from hilconform.emulators.thread_wait import ThreadWaitSampler, WaitSeries, _Union, process_threads
+from hilconform.fixtures.errors import InfrastructureError
 from hilconform.fixtures.stall_witness import WaitedStalls
 
 BUSY = "while True: pass"
@@ -121,3 +122,40 @@ def test_threads_that_wait_at_once_count_once():
     summed = sum(w.waited_between(start, end) for w in apart) / 1e9
     assert 0.2 < waited <= elapsed, f"three busy processes waited {waited:.2f} s of {elapsed:.2f} s"
     assert summed > waited, f"summed {summed:.2f} s, union {waited:.2f} s of {elapsed:.2f} s"
+
+
+def test_the_acting_threads_waits_are_kept_apart_and_a_sleeping_acting_thread_accrues_none():
+    """Two busy processes and a sleeping one on one CPU, the sleeper named the acting thread (a
+    guest's virtual CPU halted in a timer's sleep): the union of all waits grows, the acting
+    thread's stays empty; a busy acting thread's waits are its own, within the union."""
+    busy = [_on_cpu0(BUSY) for _ in range(2)]
+    sleeper = _on_cpu0("import time; print('asleep', flush=True); time.sleep(60)")
+    try:
+        assert sleeper.stdout.readline().strip() == "asleep"
+        everyone = lambda: [t for p in [*busy, sleeper] for t in process_threads(p.pid)]  # noqa: E731
+        sleeping = ThreadWaitSampler(everyone, acting=lambda: process_threads(sleeper.pid)).start()
+        working = ThreadWaitSampler(everyone, acting=lambda: process_threads(busy[0].pid)).start()
+        start = time.monotonic_ns()
+        time.sleep(1.0)
+        end = time.monotonic_ns()
+        asleep, awake = sleeping.stop(), working.stop()
+    finally:
+        for process in [*busy, sleeper]:
+            process.kill()
+            process.wait()
+    assert asleep.waited_between(start, end) > 0.2e9
+    assert asleep.acting is not None and asleep.acting.waited_between(start, end) < 0.02e9
+    acting = awake.acting.waited_between(start, end)
+    assert 0.1e9 < acting <= awake.waited_between(start, end)
+    assert ThreadWaitSampler(everyone).start().stop().acting is None
+
+
+def test_the_acting_stall_is_read_on_either_clock_and_a_witness_without_it_is_an_error():
+    acting = WaitSeries(starts_ns=(1500,), ends_ns=(1600,))
+    first = MonotonicOffset(offset_ns=1000, uncertainty_ns=0, guest_ns=0)
+    stalls = WaitedStalls(WaitSeries((1000,), (2000,), acting), first, first)
+    assert stalls.within_host_ms(1000, 2000) == pytest.approx(0.0001)  # the acting 100 ns
+    assert stalls.within_host_ms(1000, 2000, acting=False) == pytest.approx(0.001)
+    assert stalls.within_ms(0, 1000, acting=True) == pytest.approx(0.0001)  # guest clock: +1000 ns
+    with pytest.raises(InfrastructureError):
+        WaitedStalls(WaitSeries((1000,), (2000,)), first, first).within_host_ms(0, 10)
