@@ -354,11 +354,12 @@ def guest_views(host, bdfs: list[str]) -> dict[str, GuestView]:
 
 
 
-def bare_interpreter_start(host) -> tuple[int, int]:
+def bare_interpreter_start(host, runtime_pid: int) -> tuple[int, int]:
     """DISC-03's floor: a bare `python3` importing pyudev (the runtime's one dependency), timed
     by itself from its process start on the node, so a slow test bed's interpreter start is not
-    read as the runtime's cold discovery."""
-    return bare_python_start(host, ("pyudev",))
+    read as the runtime's cold discovery. The runtime (`runtime_pid`) is held stopped meanwhile: a
+    runtime that keeps the node's CPU busy must not slow, and so inflate, its own floor."""
+    return bare_python_start(host, ("pyudev",), paused_pid=runtime_pid)
 
 
 # -- profile ---------------------------------------------------------------------------------------

@@ -12,12 +12,15 @@ after interpreter start-up) is recorded beside it and must not exceed it.
 
 Judged over the test bed's floor (fixtures/floor_judgement.py): after each start a bare
 `python3` importing pyudev is started on the node and times its own start the same way
-(`bare_interpreter_start`); the runtime's share is its cold discovery less that floor. A
-profile with `cold_discovery_over_floor_ms` (emulated, TCG: most of a start is the emulated
-interpreter's) judges the share, inconclusive when the floor is over
-`cold_discovery_floor_limit_ms`, each start and each floor taken less the node's stalls inside
-it (fixtures/stall_witness.py: a loaded runner stops the guest's CPU at one moment and not the
-next, so a floor measured beside a start is not measured during it); one with only
+(`bare_interpreter_start`), with the runtime held stopped (SIGSTOP, then SIGCONT, in the same node
+command): a runtime that keeps the node's CPU busy (a spinning thread) would otherwise slow its
+own floor and have the share it was judged by shrink. The runtime's share is its cold discovery
+less that floor. A profile with `cold_discovery_over_floor_ms` (emulated, TCG: most of a start is
+the emulated interpreter's) judges the share, inconclusive when the floor is over
+`cold_discovery_floor_limit_ms`, each start and each floor taken less the stalls of the guest's
+virtual CPUs inside it (fixtures/stall_witness.py `acting`: a loaded runner stops the guest's CPU
+at one moment and not the next, so a floor measured beside a start is not measured during it; the
+device models' and backends' waits do not run the start); one with only
 `cold_discovery_ms` (real hosts) judges the whole figure. Every start must meet the budget (the
 `max` is judged), and each cold discovery must report exactly the managed endpoints the host has
 (`host.managed_truth()`: QEMU's bus tree, or a real host's sysfs, with the profile's selection),
@@ -87,7 +90,7 @@ def test_cold_discovery_after_runtime_start(host, measurements):
             from_process_start.append(elapsed_ms)
             runtime_reported.append(reported_ms)
             starts.append((started_ns, done["ts_ns"]))
-            floor_starts.append(bare_interpreter_start(host))
+            floor_starts.append(bare_interpreter_start(host, pid))
             floors.append(ms_between(*floor_starts[-1]))
             assert runtime.violations == []
     finally:
@@ -95,5 +98,6 @@ def test_cold_discovery_after_runtime_start(host, measurements):
 
     measurements.record("DISC-03", "cold_discovery_runtime_reported", runtime_reported, "ms")
     judge_over_floor(host, measurements, "DISC-03", "cold_discovery", from_process_start, floors,
-                     BUDGETS, stat="max", stalls=([stalled_ms(stalls, *span) for span in starts],
-                                                  [stalled_ms(stalls, *span) for span in floor_starts]))
+                     BUDGETS, stat="max",
+                     stalls=([stalled_ms(stalls, *span, acting=True) for span in starts],
+                             [stalled_ms(stalls, *span, acting=True) for span in floor_starts]))
