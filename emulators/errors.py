@@ -9,6 +9,7 @@ error of the harness is one of them::
      │    ├── ImageMissing, ToolMissing, QemuDied, QmpError, GuestAgentError,
      │    │   WaitTimeout (TimeoutError), FaultError                     emulators/errors.py
      │    ├── SocketInUse                                       emulators/vfio_user/server.py
+     │    ├── RunRootUnsafe (the run root is not the user's own)      emulators/instance_dir.py
      │    ├── UnsafeTarget                                           fixtures/real_safety.py
      │    ├── RemoteCommandError ── HostUnreachable, LoginRefused  fixtures/remote_command.py
      │    ├── HostLacksRequirement, UnknownRuntimeModule       fixtures/runtime_deployment.py
@@ -23,14 +24,16 @@ error of the harness is one of them::
      │    ├── HostPackagesError                                     emulators/host_packages.py
      │    ├── HostSpecError (--host)                                   fixtures/host_spec.py
      │    ├── CapabilityError, RulesError, ClaimError, OwnClauseError    fixtures/ data readers
+     │    ├── WalkSyntaxError (a `walks` marker)                           fixtures/walks.py
      │    ├── PluginCommandError, PluginImageError, ImageError, ManifestError
      │    │                                   (a device plugin as shipped)        fixtures/
      │    └── CertifyError, LabRunError, NotARunFolder, IncomparableRuns, CertificateInvalid,
-     │        CatalogueError, BadNight, BadFleet                                   reports/
+     │        CatalogueError, BadNight, BadFleet, CoverageDataError                reports/
      └── ConformanceFailure (AssertionError) the system under test did something wrong:
           │                                   a failed clause (exit 1)
           ├── RuntimeUnresponsive, RuntimeProtocolViolation     fixtures/runtime_client.py
           ├── TransitionRulesBroken, TransitionRulesBrokenAfterTheTests  fixtures/transition_watch.py
+          ├── DeclaredWalkMissing (a `walks` path not walked)         fixtures/walks_check.py
           ├── Untied (an ID the plugin ties to no managed device)     fixtures/plugin_ties.py
           └── PublishedTableError (the runtime's published table)  fixtures/transition_checker.py
 

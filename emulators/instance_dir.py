@@ -1,7 +1,11 @@
 """Short per-instance folders for sockets, logs and disks.
 
 Unix socket paths are limited to ~107 bytes, so every VM gets a folder under
-a short root (``/tmp/hilc`` unless HILCONFORM_RUN_ROOT says otherwise). The
+a short root of the user's own (``/tmp/hilc-UID`` unless HILCONFORM_RUN_ROOT says
+otherwise). The root is the user's alone: made 0700, and before each use checked to be a
+real folder (not a link) owned by this user with no access for others, since a path
+under /tmp is one another user can make first, and one a run of root's left behind
+would refuse every other user (PermissionError). The
 folder records its owner (``owner.pid``) and every child started for it
 (``pids/*.pid``), each with its process identity (process_identity.py).
 Folders whose owner is gone are stale (a crashed run) and are removed, after
@@ -15,20 +19,53 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from pathlib import Path
 
+from .errors import InfrastructureError
 from .process_identity import PidRecord, kill_if_same, read_pid_file, write_pid_file
 
 OWNER_FILE = "owner.pid"
 PIDS_DIR = "pids"
 
 
+class RunRootUnsafe(InfrastructureError):
+    """The run root is not this user's own folder (another user's, a link, open to others)."""
+
+
+def default_run_root() -> Path:
+    return Path(f"/tmp/hilc-{os.getuid()}")
+
+
 def run_root() -> Path:
-    root = Path(os.environ.get("HILCONFORM_RUN_ROOT", "/tmp/hilc"))
-    root.mkdir(mode=0o755, parents=True, exist_ok=True)
+    """The user's own short root for instance folders, made or checked (see the module doc)."""
+    root = Path(os.environ.get("HILCONFORM_RUN_ROOT") or default_run_root())
+    root.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    check_own_folder(root)
     return root
+
+
+def check_own_folder(folder: Path) -> None:
+    """Refuse a folder that is not this user's alone; tighten one of ours that others may enter."""
+    info = os.lstat(folder)
+    where = "set by HILCONFORM_RUN_ROOT" if os.environ.get("HILCONFORM_RUN_ROOT") else "the default"
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        what = "a link" if stat.S_ISLNK(info.st_mode) else "not a folder"
+        raise RunRootUnsafe(f"the run root {folder} ({where}) is {what}: "
+                            "hilconform keeps its sockets and disks only in a real folder of the user's own; "
+                            "remove it or set HILCONFORM_RUN_ROOT to a folder of yours")
+    if info.st_uid != os.getuid():
+        raise RunRootUnsafe(f"the run root {folder} ({where}) belongs to uid {info.st_uid}, not to this user "
+                            f"(uid {os.getuid()}): another user made it first; set HILCONFORM_RUN_ROOT to a "
+                            "short folder of your own (Unix socket paths must stay under ~107 bytes)")
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(folder, 0o700)
 
 
 def _owner_gone(owner: PidRecord) -> str | None:
@@ -89,7 +126,7 @@ def clean_stale(root: Path | None = None) -> list[Path]:
 
 
 def make_instance_dir(label: str) -> Path:
-    """A fresh folder like /tmp/hilc/a100-gw0-x1y2; short enough for sockets."""
+    """A fresh folder like /tmp/hilc-0/a100-gw0-x1y2; short enough for sockets."""
     root = run_root()
     clean_stale(root)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")

@@ -192,3 +192,46 @@ def test_folder_without_owner_file_is_kept(tmp_path):
     (kept / instance_dir.PIDS_DIR).mkdir(parents=True)
     assert instance_dir.clean_stale(tmp_path) == []
     assert kept.exists()
+
+
+# -- the run root is the user's own (issue 45: a second user, a path made first by another) ------
+
+def test_the_default_run_root_is_the_users_own(monkeypatch):
+    monkeypatch.delenv("HILCONFORM_RUN_ROOT", raising=False)
+    assert instance_dir.default_run_root() == Path(f"/tmp/hilc-{os.getuid()}")
+
+
+def test_a_new_run_root_is_made_closed_to_others(monkeypatch, tmp_path):
+    root = tmp_path / "r"
+    monkeypatch.setenv("HILCONFORM_RUN_ROOT", str(root))
+    assert instance_dir.run_root() == root
+    assert root.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_run_root_of_ours_open_to_others_is_tightened(monkeypatch, tmp_path):
+    root = tmp_path / "r"
+    root.mkdir(mode=0o777)
+    os.chmod(root, 0o777)
+    monkeypatch.setenv("HILCONFORM_RUN_ROOT", str(root))
+    instance_dir.run_root()
+    assert root.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_run_root_that_is_a_link_is_refused(monkeypatch, tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "r").symlink_to(tmp_path / "elsewhere")
+    monkeypatch.setenv("HILCONFORM_RUN_ROOT", str(tmp_path / "r"))
+    with pytest.raises(instance_dir.RunRootUnsafe, match="is a link"):
+        instance_dir.make_instance_dir("a100")
+
+
+def test_a_run_root_another_user_made_is_refused(monkeypatch, tmp_path):
+    """Made by another user first (here: owned by nobody, as root can arrange; skipped unless root)."""
+    if os.getuid() != 0:
+        pytest.skip("needs root to make a folder owned by another user")
+    root = tmp_path / "r"
+    root.mkdir(mode=0o700)
+    os.chown(root, 65534, 65534)
+    monkeypatch.setenv("HILCONFORM_RUN_ROOT", str(root))
+    with pytest.raises(instance_dir.RunRootUnsafe, match="belongs to uid 65534"):
+        instance_dir.make_instance_dir("a100")
