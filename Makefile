@@ -15,7 +15,7 @@ CERTIFY_ARGS ?=
 # The system packages (Debian) each needs: emulators/host-packages.toml, shared with `hilconform setup`.
 HOST_PACKAGES := $(PYTHON) -m emulators.host_packages
 
-.PHONY: certify test test-extended setup setup-test venv image qemu-prefix unit lint bench clean-image self-check
+.PHONY: certify test test-extended setup setup-test venv image qemu-prefix unit lint bench clean-image self-check edge-coverage
 
 # `hilconform certify` (reports/cli.py): progress per test, then the verdict and the run folder
 # reports/<run-id>/ (junit.xml, allure-results/, certificate.json, report.html). Exit 0/1/2: see README.
@@ -49,6 +49,12 @@ test: setup setup-test venv image qemu-prefix
 test-extended: setup setup-test venv image qemu-prefix
 	$(PY) -m pytest $(XDIST) -m extended $(PYTEST_ARGS)
 	$(if $(strip $(STOCK_HOST)),$(PY) -m pytest suites $(STOCK_SUITES) $(XDIST) --host $(STOCK_HOST) $(PYTEST_ARGS))
+
+# docs/edge-coverage.md: every edge of the runtime's transition table and the suite tests that walk it
+# (their `walks` markers), regenerated from the data (reports/edge_coverage.py); tests/unit/test_edge_coverage.py
+# fails in make test when it is stale or an edge or repeat has no test.
+edge-coverage: venv
+	$(PY) -m hilconform.reports.edge_coverage
 
 # Suite sensitivity (issue 6, docs/sensitivity.md): every mutant runtime of tests/mutants/ against the
 # tests that must catch it, and the reference runtime on the same selection. Writes

@@ -81,6 +81,8 @@ def _check_orderly_removal(runtime, mark: int, run_id: str, bdf: str, lease: dic
 
 
 @pytest.mark.needs("hot-add", "qmp")
+@pytest.mark.walks("health: DISCOVERED > HEALTHY > ALLOCATED > RELEASED > REMOVED")
+@pytest.mark.walks("main: INITIALIZED > ALLOCATED > INITIALIZED > POWER_OFF")
 def test_orderly_removal_by_request(host):
     slot = empty_slot(host)
     runtime = host.runtime

@@ -48,6 +48,8 @@ pytestmark = [pytest.mark.clause("HP-04"), pytest.mark.destructive]
 
 
 @pytest.mark.needs("qmp")
+@pytest.mark.walks("health: ALLOCATED > REMOVED")
+@pytest.mark.walks("main: ALLOCATED > POWER_OFF")
 def test_surprise_removal_revokes_and_keeps_serving(host_factory):
     host = host_factory.fresh(hotplug_mode="native")
     runtime = host.runtime

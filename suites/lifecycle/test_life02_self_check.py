@@ -58,6 +58,8 @@ def _steps(run: list[dict]) -> list[tuple[str, str]]:
 
 
 @pytest.mark.needs("hot-add")
+@pytest.mark.walks("health: DISCOVERED > HEALTHY")
+@pytest.mark.walks("main: POWER_OFF > FIRMWARE_LOADED > INITIALIZED")
 def test_hot_added_device_joins_the_pool_after_its_self_check(host):
     runtime = host.runtime
     checker, mark = subscribe_live(runtime)
@@ -115,6 +117,8 @@ def test_hot_added_device_joins_the_pool_after_its_self_check(host):
 
 
 @pytest.mark.needs("hot-add")
+@pytest.mark.walks("health: DISCOVERED > FAULTED")
+@pytest.mark.walks("main: POWER_OFF > ERROR")
 def test_device_failing_its_self_check_stays_out_of_the_pool(host_factory):
     profile = host_factory.profile
     if all(s.populated for s in profile.slots):

@@ -68,6 +68,8 @@ def _free_devices(runtime) -> list[str]:
     return [d["device"] for d in inventory["devices"] if d["in_pool"] and d["lease"] is None]
 
 
+@pytest.mark.walks("health: HEALTHY > ALLOCATED > RELEASED > HEALTHY@release_checkpoint")
+@pytest.mark.walks("main: INITIALIZED > ALLOCATED > INITIALIZED")
 def test_allocate_release_cycle(host):
     runtime = host.runtime
     checker, mark = subscribe_live(runtime)

@@ -49,6 +49,7 @@ MIN_MARGIN_S = 0.05
 DEFAULT_TOLERANCE_MS = 1000.0  # when a profile has no lease_expiry_tolerance_ms
 
 
+@pytest.mark.walks("main: INITIALIZED > ALLOCATED > RUNNING > INITIALIZED")
 def test_unrenewed_lease_expires_at_its_ttl_and_a_renewed_one_is_kept(host, measurements, preconditions):
     runtime = host.runtime
     checker, mark = subscribe_live(runtime)

@@ -98,6 +98,9 @@ def _recover(runtime, bdf: str) -> dict:
     return record
 
 
+@pytest.mark.walks("health: HEALTHY > DEGRADED > HEALTHY@recover > ALLOCATED > RELEASED "
+                   "> HEALTHY@release_checkpoint > DEGRADED > FAULTED")
+@pytest.mark.walks("main: INITIALIZED > ALLOCATED > INITIALIZED > ERROR")
 def test_errors_past_the_thresholds_degrade_then_fault_and_recover_restores(host_factory):
     host, runtime = _start(host_factory, THRESHOLDS)
     checker, mark = subscribe_live(runtime)
@@ -137,6 +140,7 @@ def test_errors_past_the_thresholds_degrade_then_fault_and_recover_restores(host
     checker.assert_clean()
 
 
+@pytest.mark.walks("health: HEALTHY > DEGRADED > HEALTHY@recover > DEGRADED")
 def test_a_recovered_error_leaves_the_state_the_policy_names(host_factory):
     host, runtime = _start(host_factory, DEGRADING_POLICY)
     checker, mark = subscribe_live(runtime)

@@ -44,6 +44,8 @@ LEASE_TTL_S = 120  # no expiry can end the lease before the test releases it
 @pytest.mark.clause("RST-03")
 @pytest.mark.destructive
 @pytest.mark.needs("config-loss")
+@pytest.mark.walks("health: HEALTHY > FAULTED")
+@pytest.mark.walks("main: INITIALIZED > ERROR")
 def test_rst03_lost_config_detected_and_faulted(host, measurements):
     slot, bdf, _record = healthy_device(host, "config-loss")
     runtime = host.runtime
