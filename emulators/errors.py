@@ -25,7 +25,8 @@ error of the harness is one of them::
      │    ├── HostSpecError (--host)                                   fixtures/host_spec.py
      │    ├── CapabilityError, RulesError, ClaimError, OwnClauseError    fixtures/ data readers
      │    ├── WalkSyntaxError (a `walks` marker)                           fixtures/walks.py
-     │    ├── PluginCommandError, PluginImageError, ImageError, ManifestError
+     │    ├── PluginCommandError, PluginImageError, ImageError, ManifestError,
+     │    │   ResourceNotRegistered (the plugin registers none of the named)
      │    │                                   (a device plugin as shipped)        fixtures/
      │    └── CertifyError, LabRunError, NotARunFolder, IncomparableRuns, CertificateInvalid,
      │        CatalogueError, BadNight, BadFleet, CoverageDataError                reports/
@@ -35,6 +36,7 @@ error of the harness is one of them::
           ├── TransitionRulesBroken, TransitionRulesBrokenAfterTheTests  fixtures/transition_watch.py
           ├── DeclaredWalkMissing (a `walks` path not walked)         fixtures/walks_check.py
           ├── Untied (an ID the plugin ties to no managed device)     fixtures/plugin_ties.py
+          ├── PluginExited (the plugin under test ended on its own)   fixtures/node_plugin.py
           └── PublishedTableError (the runtime's published table)  fixtures/transition_checker.py
 
     Inconclusive (its own pytest outcome)    a precondition the test bed missed, or a test

@@ -21,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -145,3 +146,33 @@ def test_a_manifest_the_node_cannot_honour_is_refused_before_any_vm_starts(pciwa
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 4, done.stdout + done.stderr  # a usage error, before any VM
     assert "mounts host path /var/run/docker.sock, which the node cannot give" in done.stderr
+
+
+def test_a_plugin_that_rejects_its_flags_fails_at_once_with_its_words(pciwatch, tmp_path):
+    """Issue 45 #2: a plugin that exits at once (argparse: exit 2, 'unrecognized arguments') fails
+    each test at its first look, naming its status and its words, not a minute's wait per test."""
+    started = time.monotonic()
+    code, cert, outcomes = _certify(tmp_path, pciwatch["frozen"], "--bogus-flag", clauses=("DP-01", "DP-02"))
+    took = time.monotonic() - started
+    assert code == 1 and set(_verdicts(cert).values()) == {"fail"}, (code, outcomes)
+    messages = [t["message"] for c in cert["clauses"] for t in c["tests"]]
+    said = "unrecognized arguments: --bogus-flag"
+    assert all("exit status 2" in m and said in m for m in messages), messages
+    assert took < 2 * 60, f"{took:.0f} s: the tests waited for a plugin that had exited"
+
+
+def test_a_resource_name_the_plugin_does_not_register_is_bad_input(pciwatch, tmp_path):
+    """Issue 45 #4: the certifier names a resource the plugin does not register: the run is
+    incomplete (exit 2) naming both names, never a failed clause of a plugin that works."""
+    out = tmp_path / "runs"
+    argv = [sys.executable, "-m", "hilconform.reports", "certify", "--host", "emulated:a100", "--suite",
+            "deviceplugin", "--out", str(out), "-n", "1", "--clause", "DP-02", "--",
+            "--device-plugin-resource", f"{RESOURCE}-typo={IDS}",
+            "--device-plugin", f"{pciwatch['frozen']} --resource {RESOURCE} --ids {IDS}"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_DEADLINE_S)
+    [folder] = list(out.iterdir())
+    cert = json.loads(RunFolder.open(folder).certificate.read_text())
+    assert done.returncode == 2 and cert["verdict"] != "nonconformant", (done.returncode, cert["verdict"])
+    assert "fail" not in _verdicts(cert).values(), _verdicts(cert)
+    shown = done.stdout + done.stderr + json.dumps(cert)
+    assert f"{RESOURCE}-typo" in shown and f"registered ['{RESOURCE}']" in shown, shown[-3000:]
