@@ -3,13 +3,18 @@
 The list is data (emulators/host-packages.toml): `make setup` runs this module with the system's
 python3 before any virtualenv exists (`python3 -m emulators.host_packages` from the checkout:
 standard library only), `hilconform setup` imports it, so both install and check the same
-packages. A package counts as installed when its `tool` runs (`command -v`, or the shell test
+packages. A package counts as installed when dpkg says so (`dpkg-query`: its status is
+"installed"), whoever asks: a user's PATH lacks /usr/sbin, where debootstrap and mkfs.ext4 live,
+so a `command -v` there called them missing. Only where there is no dpkg (not Debian) does the
+package's `tool` decide (`command -v` with the system folders on the PATH, or the shell test
 given).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -21,6 +26,7 @@ from .toml_file import check_entry, read_toml
 DATA = Path(__file__).resolve().with_name("host-packages.toml")
 GROUPS = ("run", "test")
 KEYS = {"tool": str, "for": str}
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class HostPackagesError(BadInput):
@@ -35,8 +41,14 @@ class HostPackage:
     why: str
 
     def installed(self) -> bool:
+        if shutil.which("dpkg-query", path=SYSTEM_PATH):
+            status = subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Status}", self.name],
+                                    capture_output=True, text=True, env={**os.environ, "PATH": SYSTEM_PATH})
+            return status.returncode == 0 and status.stdout.strip() == "installed"
         check = self.tool if " " in self.tool else f"command -v {self.tool}"
-        return subprocess.run(["sh", "-c", f"{check} >/dev/null 2>&1"]).returncode == 0
+        return subprocess.run(["sh", "-c", f"{check} >/dev/null 2>&1"],
+                              env={**os.environ, "PATH": f"{os.environ.get('PATH', '')}:{SYSTEM_PATH}"}
+                              ).returncode == 0
 
 
 def read_packages(path: Path = DATA) -> list[HostPackage]:

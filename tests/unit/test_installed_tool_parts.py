@@ -65,9 +65,10 @@ def test_the_host_packages_are_read_strictly(tmp_path):
         host_packages.read_packages(bad)
 
 
-def test_a_package_is_missing_when_its_tool_is_not_found(tmp_path):
+def test_a_package_is_missing_when_it_is_not_installed(tmp_path):
+    """By dpkg where there is one (dash is essential on Debian), else by its tool."""
     data = tmp_path / "packages.toml"
-    data.write_text('[run.sh]\ntool = "sh"\nfor = "x"\n'
+    data.write_text('[run.dash]\ntool = "sh"\nfor = "x"\n'
                     '[run.nothing]\ntool = "no-such-tool-here"\nfor = "y"\n')
     assert [p.name for p in host_packages.missing_packages(("run",), data)] == ["nothing"]
 
@@ -97,3 +98,15 @@ def test_a_repositorys_own_clauses_are_read_with_their_budgets(tmp_path):
 def test_a_bad_clause_file_is_refused_naming_what_is_wrong(tmp_path, text, says):
     with pytest.raises(OwnClauseError, match=says):
         _clauses(tmp_path, text)
+
+
+def test_packages_are_judged_by_dpkg_not_by_the_users_path(monkeypatch):
+    """Issue 45 #5: a user's PATH lacks /usr/sbin (debootstrap, mkfs.ext4); dpkg still says they are
+    installed. And a package dpkg does not have is missing whatever the PATH holds."""
+    if not Path("/usr/bin/dpkg-query").exists():
+        pytest.skip("no dpkg on this machine: the tool check decides")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    present = host_packages.HostPackage("e2fsprogs", "run", "mkfs.ext4", "t")
+    assert present.installed()
+    absent = host_packages.HostPackage("hilconform-no-such-package", "run", "sh", "t")
+    assert not absent.installed()
