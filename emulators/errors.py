@@ -13,6 +13,7 @@ error of the harness is one of them::
      │    ├── UnsafeTarget                                           fixtures/real_safety.py
      │    ├── RemoteCommandError ── HostUnreachable, LoginRefused  fixtures/remote_command.py
      │    ├── HostLacksRequirement, UnknownRuntimeModule       fixtures/runtime_deployment.py
+     │    ├── HostPathUnavailable (a manifest's hostPath the node has not)  fixtures/image_plugin.py
      │    ├── ProfileMatchesNothing                                    fixtures/real_host.py
      │    ├── CapabilityMissing (LookupError)                      fixtures/host_protocol.py
      │    └── LabError ── LabgridMissing, CoordinatorGone, PlaceUnknown, PlaceHeld,
