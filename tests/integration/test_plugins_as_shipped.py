@@ -178,6 +178,27 @@ def test_a_published_plugins_manifest_certifies_unchanged(pciwatch, tmp_path, sh
     assert recorded["sha256"] == hashlib.sha256(manifest.read_bytes()).hexdigest()
 
 
+@pytest.mark.extended  # DP-09 with CDI: make test-extended
+@pytest.mark.parametrize("flags, verdict", [((), "pass"), (("--cdi-unwritten",), "fail")])
+def test_cdi_names_are_resolved_against_the_specs_the_plugin_wrote_on_the_node(pciwatch, tmp_path, flags,
+                                                                              verdict):
+    """pciwatch --cdi /var/run/cdi (its container given the node's /var/run/cdi): Allocate answers
+    CDI names that DP-09 resolves against the spec files on the node, checking the device nodes
+    they name; the same names with no spec written (--cdi-unwritten) fail DP-09, naming them."""
+    manifest = (MANIFESTS / "cdi.yaml").read_text()
+    if flags:
+        given = ", ".join(f'"{f}"' for f in flags)
+        manifest = manifest.replace('"/var/run/cdi"]', f'"/var/run/cdi", {given}]')
+    path = tmp_path / "cdi.yaml"
+    path.write_text(manifest)
+    code, cert, outcomes = _certify(tmp_path, None, clauses=("DP-09",), plugin_args=(
+        "--device-plugin-image", str(pciwatch["oci"]), "--device-plugin-manifest", str(path)))
+    assert "broken" not in outcomes.values() and _verdicts(cert) == {"DP-09": verdict}, (
+        code, outcomes, json.dumps(cert)[-3000:])
+    if verdict == "fail":
+        assert "that no CDI spec on the node defines" in json.dumps(cert), json.dumps(cert)[-3000:]
+
+
 @pytest.mark.extended  # a VM boots to be refused: make test-extended
 def test_a_host_path_the_node_has_not_is_an_error_naming_the_volume_never_a_failed_clause(pciwatch, tmp_path):
     """A CharDevice the node lacks (a GPU's /dev/nvidia0 on a node without the driver): checked on

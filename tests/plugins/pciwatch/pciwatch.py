@@ -9,17 +9,25 @@ ListAndWatch message per change and none otherwise, and a device it lost kept li
 (`--lost keep`, the default) or dropped (`--lost drop`). It re-registers when the kubelet
 restarts (its socket disappears), as the kubelet's device-manager contract asks.
 
+With `--cdi DIR` (e.g. /var/run/cdi) it speaks the Container Device Interface as CDI-aware
+plugins do: it keeps a CDI spec in DIR (JSON, `cdiVersion` 0.6.0, kind = the resource name, one
+device per PCI device named by its ID, whose containerEdits give the device's VFIO group node
+/dev/vfio/N), and Allocate answers each ID's fully qualified CDI name (`kind=ID`) besides the
+environment.
+
 Flags that break a clause on purpose, for the project's tests of the verdicts: --never-unhealthy
-(a lost device stays Healthy: DP-03), --no-reregister (DP-08).
+(a lost device stays Healthy: DP-03), --no-reregister (DP-08), --cdi-unwritten (CDI names answered,
+no spec written: DP-09).
 
 Usage: pciwatch --resource example.com/gpu --ids 10de:20b0[,10de:20b2] [--poll-ms 250]
-       [--lost keep|drop] [--plugin-dir /var/lib/kubelet/device-plugins]
+       [--lost keep|drop] [--plugin-dir /var/lib/kubelet/device-plugins] [--cdi DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import logging
 import os
 import signal
@@ -87,6 +95,33 @@ def numa_node(bdf: str) -> int:
     return max(int(node), 0) if node and node.lstrip("-").isdigit() else 0
 
 
+def vfio_group_node(bdf: str) -> str | None:
+    """The device's VFIO group node (/dev/vfio/N), from its IOMMU group in sysfs."""
+    try:
+        group = os.path.basename(os.readlink(f"{PCI_DEVICES}/{bdf}/iommu_group"))
+    except OSError:
+        return None
+    noiommu = f"/dev/vfio/noiommu-{group}"  # vfio's no-IOMMU mode names its groups so
+    return noiommu if os.path.exists(noiommu) else f"/dev/vfio/{group}"
+
+
+def write_cdi_spec(folder: str, resource: str, devices: dict[str, str]) -> str:
+    """The CDI spec of the devices in `folder`, replaced whole (written aside, then renamed)."""
+    spec = {"cdiVersion": "0.6.0", "kind": resource, "devices": []}
+    for bdf in sorted(devices):
+        node = vfio_group_node(bdf)
+        edits = {"env": [f"PCIWATCH_DEVICE={bdf}"]}
+        if node:
+            edits["deviceNodes"] = [{"path": node}]
+        spec["devices"].append({"name": device_id(bdf), "containerEdits": edits})
+    path = os.path.join(folder, "pciwatch-" + resource.replace("/", "_") + ".json")
+    os.makedirs(folder, exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(spec, f, indent=1)
+    os.replace(path + ".tmp", path)
+    return path
+
+
 class Inventory:
     """What the plugin advertises, rebuilt by a poller; watchers wake only on a change."""
 
@@ -122,8 +157,8 @@ class Inventory:
 
 
 class DevicePlugin(api_grpc.DevicePluginServicer):
-    def __init__(self, inventory: Inventory, stopping: threading.Event):
-        self.inventory, self.stopping = inventory, stopping
+    def __init__(self, inventory: Inventory, stopping: threading.Event, cdi_kind: str | None = None):
+        self.inventory, self.stopping, self.cdi_kind = inventory, stopping, cdi_kind
 
     def GetDevicePluginOptions(self, request, context):
         return api.DevicePluginOptions()
@@ -147,7 +182,10 @@ class DevicePlugin(api_grpc.DevicePluginServicer):
                 if bdf is None:
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown device {wanted}")
                 bdfs.append(bdf)
-            responses.append(api.ContainerAllocateResponse(envs={"PCIWATCH_DEVICES": ",".join(bdfs)}))
+            cdi = [api.CDIDevice(name=f"{self.cdi_kind}={wanted}") for wanted in container.devices_ids
+                   if self.cdi_kind]
+            responses.append(api.ContainerAllocateResponse(envs={"PCIWATCH_DEVICES": ",".join(bdfs)},
+                                                           cdi_devices=cdi))
         return api.AllocateResponse(container_responses=responses)
 
     def GetPreferredAllocation(self, request, context):
@@ -164,7 +202,8 @@ def serve_and_register(args, inventory: Inventory, stopping: threading.Event):
     if os.path.exists(path):
         os.unlink(path)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    api_grpc.add_DevicePluginServicer_to_server(DevicePlugin(inventory, stopping), server)
+    cdi_kind = args.resource if args.cdi else None
+    api_grpc.add_DevicePluginServicer_to_server(DevicePlugin(inventory, stopping, cdi_kind), server)
     server.add_insecure_port(f"unix://{path}")
     server.start()
     try:
@@ -188,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plugin-dir", default="/var/lib/kubelet/device-plugins")
     parser.add_argument("--never-unhealthy", action="store_true")
     parser.add_argument("--no-reregister", action="store_true")
+    parser.add_argument("--cdi", metavar="DIR", help="keep a CDI spec there; Allocate answers CDI names")
+    parser.add_argument("--cdi-unwritten", action="store_true", help="answer CDI names, write no spec")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s pciwatch %(message)s", stream=sys.stderr)
     stopping = threading.Event()
@@ -195,8 +236,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
     inventory = Inventory({i.strip().lower() for i in args.ids.split(",")}, args.lost, args.never_unhealthy)
     inventory.poll_once()
-    server, path = None, None
+    server, path, written = None, None, -1
     while not stopping.is_set():
+        if args.cdi and not args.cdi_unwritten and written != inventory.version:
+            written = inventory.version
+            with inventory.changed:
+                devices = dict(inventory.devices)
+            log.info("CDI spec %s", write_cdi_spec(args.cdi, args.resource, devices))
         if server is None or (not os.path.exists(path) and not args.no_reregister):
             if server is not None:
                 log.info("%s is gone (the kubelet restarted): registering again", path)

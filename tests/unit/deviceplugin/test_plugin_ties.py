@@ -17,6 +17,7 @@ from hilconform.fixtures.plugin_ties import (
     Untied,
     bdf_candidates,
     cdi_devices,
+    cdi_resolved,
     ids_of,
     node_script_command,
     plugin_ties,
@@ -73,6 +74,21 @@ def test_cdi_names_tie_by_their_address_or_by_the_spec_that_defines_them():
     ties = resolve({"i0": _reply(cdi=["example.com/gpu=gpu0"]), "i1": _reply(cdi=["example.com/gpu=gpu1"]),
                     "i2": _reply(cdi=["example.com/gpu=0000:02:00.0"])}, {}, MANAGED, answer, specs)
     assert (ties["i0"].bdfs, ties["i1"].bdfs, ties["i2"].bdfs) == ({A}, {B}, {B})
+
+
+def test_cdi_names_resolve_to_their_specs_device_nodes_or_are_named_undefined():
+    """DP-09: a CDI name Allocate answers must be defined by a spec on the node; its device nodes
+    (hostPath where the spec gives one, else path) are then checked on the node."""
+    specs = cdi_devices({"/var/run/cdi/pciwatch.json": json.dumps({
+        "cdiVersion": "0.6.0", "kind": "example.com/a100", "devices": [
+            {"name": "pw-1", "containerEdits": {"deviceNodes": [{"path": "/dev/vfio/7"}]}},
+            {"name": "pw-2", "containerEdits": {
+                "deviceNodes": [{"path": "/dev/gpu", "hostPath": "/dev/dri/card1"}], "env": ["X=1"]}},
+            {"name": "pw-3", "containerEdits": {"env": ["X=2"]}}]})})
+    names = ["example.com/a100=pw-1", "example.com/a100=pw-2", "example.com/a100=pw-3"]
+    assert cdi_resolved(names, specs) == ([], ["/dev/vfio/7", "/dev/dri/card1"])
+    assert cdi_resolved(["example.com/a100=pw-9", "example.com/gpu=pw-1", "pw-1"], specs) == (
+        ["example.com/a100=pw-9", "example.com/gpu=pw-1", "pw-1"], [])  # another kind, or unqualified
 
 
 def test_topology_ties_only_where_one_managed_device_is_on_that_numa_node():
