@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import textwrap
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from test_oci_image import executable_image
 
 from hilconform.fixtures.image_plugin import (
     HOST_PATH_UNAVAILABLE_EXIT,
@@ -42,6 +42,7 @@ spec:
   containers:
   - name: plugin
     image: example.com/p:1
+    args: {args}
     securityContext: {security}
     volumeMounts: [{mounts}]
   volumes: [{volumes}]
@@ -49,11 +50,11 @@ spec:
 
 
 def _pod(tmp_path: Path, volumes: list[tuple[str, str, str]], mounts: list[str],
-         security: str = "{privileged: true}") -> Path:
+         security: str = "{privileged: true}", args: tuple[str, ...] = ()) -> Path:
     """volumes: (name, path, type); mounts: the volumeMounts' flow mappings."""
     path = tmp_path / "pod.yaml"
     path.write_text(POD.format(
-        security=security, mounts=", ".join(mounts),
+        security=security, mounts=", ".join(mounts), args=json.dumps(list(args)),
         volumes=", ".join(f"{{name: {n}, hostPath: {{path: '{p}', type: '{t}'}}}}"
                           for n, p, t in volumes)))
     return path
@@ -162,24 +163,6 @@ def test_capabilities_mounts_order_and_propagation_follow_containerd(tmp_path):
         read_manifest(_pod(tmp_path, [], [], security="{capabilities: {ambient: [X]}}"))
 
 
-def _shell_image(path: Path) -> Path:
-    """An OCI archive whose one layer holds /bin/sh and the libraries it loads."""
-    from test_oci_image import _tar, oci_archive
-
-    files = ["/bin/sh"]
-    loaded = subprocess.run(["ldd", "/bin/sh"], capture_output=True, text=True, check=True).stdout
-    for line in loaded.splitlines():
-        files += [word for word in line.split() if word.startswith("/")]
-    entries, folders = [], set()
-    for name in files:
-        parts = Path(name).parts[1:]
-        for i in range(1, len(parts)):
-            folders.add("/".join(parts[:i]))
-        entries.append(("/".join(parts), Path(name).resolve().read_bytes()))
-    layer = _tar([(folder, None) for folder in sorted(folders)] + entries)
-    return oci_archive(path, [layer], config={"Entrypoint": ["/bin/sh", "-c"]})
-
-
 def test_the_container_sees_each_host_path_as_its_type_and_mount_say(tmp_path):
     """This machine's crun (or runc) runs a container with a file, a socket, a character device, a
     subPath and a read-only directory bound from here, mount points made from what the check found."""
@@ -193,30 +176,16 @@ def test_the_container_sees_each_host_path_as_its_type_and_mount_say(tmp_path):
         listening.bind(str(node / "plugin.sock"))
         script = ("[ -c /dev/hilc-null ] && [ -S /run/p.sock ] && [ -f /etc/cdi/spec.yaml ] "
                   "&& [ -f /sub/seen ] && ! (: > /ro/w) 2>/dev/null && : > /sub/w && echo CONTAINER-OK")
-        manifest = tmp_path / "pod.yaml"
-        manifest.write_text(textwrap.dedent(f"""\
-            apiVersion: v1
-            kind: Pod
-            metadata: {{name: p}}
-            spec:
-              containers:
-              - name: plugin
-                image: example.com/sh:1
-                args: ["{script}"]
-                securityContext: {{capabilities: {{drop: [ALL]}}}}
-                volumeMounts:
-                - {{name: devnull, mountPath: /dev/hilc-null, readOnly: true}}
-                - {{name: sock, mountPath: /run/p.sock}}
-                - {{name: cdi, mountPath: /etc/cdi/spec.yaml}}
-                - {{name: data, mountPath: /sub, subPath: sub}}
-                - {{name: data, mountPath: /ro, readOnly: true, mountPropagation: HostToContainer}}
-              volumes:
-              - {{name: devnull, hostPath: {{path: /dev/null, type: CharDevice}}}}
-              - {{name: sock, hostPath: {{path: {node}/plugin.sock, type: Socket}}}}
-              - {{name: cdi, hostPath: {{path: {node}/cdi.yaml, type: FileOrCreate}}}}
-              - {{name: data, hostPath: {{path: {node}/data, type: Directory}}}}
-            """))
-        plugin = plugin_image(str(_shell_image(tmp_path / "sh.tar")), str(manifest))
+        manifest = _pod(tmp_path, [
+            ("devnull", "/dev/null", "CharDevice"), ("sock", f"{node}/plugin.sock", "Socket"),
+            ("cdi", f"{node}/cdi.yaml", "FileOrCreate"), ("data", f"{node}/data", "Directory"),
+        ], ["{name: devnull, mountPath: /dev/hilc-null, readOnly: true}",
+            "{name: sock, mountPath: /run/p.sock}",
+            "{name: cdi, mountPath: /etc/cdi/spec.yaml}", "{name: data, mountPath: /sub, subPath: sub}",
+            "{name: data, mountPath: /ro, readOnly: true, mountPropagation: HostToContainer}"],
+            security="{capabilities: {drop: [ALL]}}", args=(script,))
+        image = executable_image(tmp_path / "sh.tar", "/bin/sh", {"Entrypoint": ["/bin/sh", "-c"]})
+        plugin = plugin_image(str(image), str(manifest))
         code, said, kinds = _check(plugin.manifest)
         assert code == 0, said
         bundle = write_bundle(plugin, tmp_path / "share", {}, kinds)

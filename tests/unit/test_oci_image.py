@@ -10,6 +10,7 @@ import gzip
 import hashlib
 import io
 import json
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -69,6 +70,23 @@ def oci_archive(path: Path, layers: list[bytes], *, config: dict | None = None, 
         entries.append((f"blobs/sha256/{digest.split(':')[1]}", data))
     path.write_bytes(_tar(entries))
     return path
+
+
+def executable_image(path: Path, executable: str, config: dict) -> Path:
+    """An OCI archive whose one layer holds this machine's `executable` and the libraries `ldd`
+    names for it."""
+    files = [executable]
+    loaded = subprocess.run(["ldd", executable], capture_output=True, text=True, check=True).stdout
+    for line in loaded.splitlines():
+        files += [word for word in line.split() if word.startswith("/")]
+    entries, folders = [], set()
+    for name in files:
+        parts = Path(name).parts[1:]
+        for i in range(1, len(parts)):
+            folders.add("/".join(parts[:i]))
+        entries.append(("/".join(parts), Path(name).resolve().read_bytes()))
+    layer = _tar([(folder, None) for folder in sorted(folders)] + entries)
+    return oci_archive(path, [layer], config=config)
 
 
 def docker_archive(path: Path, layers: list[bytes]) -> Path:

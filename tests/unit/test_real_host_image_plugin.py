@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_oci_image import _tar, oci_archive
+from test_oci_image import executable_image
 
 from hilconform.fixtures.image_plugin import NodeBundle, plugin_image
 from hilconform.fixtures.real_kubelet_site import RealKubeletSite
@@ -27,18 +27,7 @@ MARK = "31337"  # the container's `sleep` argument: its command line is found by
 
 def _sleeper_image(path: Path) -> Path:
     """An OCI archive whose one layer holds /usr/bin/sleep and the libraries `ldd` names."""
-    files = ["/usr/bin/sleep"]
-    for line in subprocess.run(["ldd", "/usr/bin/sleep"], capture_output=True, text=True, check=True
-                               ).stdout.splitlines():
-        files += [word for word in line.split() if word.startswith("/")]
-    entries, folders = [], set()
-    for name in files:
-        parts = Path(name).parts[1:]
-        for i in range(1, len(parts)):
-            folders.add("/".join(parts[:i]))
-        entries.append(("/".join(parts), Path(name).resolve().read_bytes()))
-    layer = _tar([(folder, None) for folder in sorted(folders)] + entries)
-    return oci_archive(path, [layer], config={"Entrypoint": ["/usr/bin/sleep"], "Cmd": [MARK]})
+    return executable_image(path, "/usr/bin/sleep", {"Entrypoint": ["/usr/bin/sleep"], "Cmd": [MARK]})
 
 
 @pytest.fixture
