@@ -18,7 +18,7 @@ import threading
 
 from .launch import launch
 
-SPINNERS = 2
+SPINNERS = 3
 
 
 def _spin() -> None:
