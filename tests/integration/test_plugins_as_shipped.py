@@ -105,7 +105,7 @@ def test_a_plugin_that_drops_lost_devices_passes_loss_and_return(pciwatch, tmp_p
 def test_a_64_mib_plugin_reaches_the_node_and_certifies_with_no_broken_test(pciwatch, tmp_path):
     grown = pciwatch["64m"]
     assert grown.stat().st_size == 64 << 20
-    code, cert, outcomes = _certify(tmp_path, grown, clauses=("DP-01", "DP-02", "DP-09"))
+    code, cert, outcomes = _certify(tmp_path, grown, clauses=("DP-02", "DP-09"))
     assert "broken" not in outcomes.values() and code == 0, (code, outcomes)
     assert set(_verdicts(cert).values()) == {"pass"}
 
@@ -115,11 +115,14 @@ def test_the_plugin_image_runs_as_its_daemonset_deploys_it(pciwatch, tmp_path):
     manifest's args, env, privilege and hostPath volumes; the same verdicts as the executable; the
     certificate names the image by its manifest digest and the manifest by its SHA-256."""
     manifest = ROOT / "tests" / "plugins" / "pciwatch" / "daemonset.yaml"
-    code, cert, outcomes = _certify(tmp_path, None, plugin_args=(
+    # The clauses where how the plugin runs shows (its start, what it sees of /dev and /sys, a
+    # restart under the kubelet); the whole suite's verdicts are the executable's, proven above.
+    clauses = ("DP-01", "DP-02", "DP-03", "DP-08")
+    code, cert, outcomes = _certify(tmp_path, None, clauses=clauses, plugin_args=(
         "--device-plugin-image", str(pciwatch["oci"]), "--device-plugin-manifest", str(manifest)))
     verdicts = _verdicts(cert)
     assert "broken" not in outcomes.values(), outcomes
-    assert verdicts.pop("DP-07") == "not_checked" and set(verdicts.values()) == {"pass"}, (verdicts, outcomes)
+    assert set(verdicts) == set(clauses) and set(verdicts.values()) == {"pass"}, (verdicts, outcomes)
     plugin = cert["device_plugin"]
     image = read_image(pciwatch["oci"])
     assert plugin["kind"] == "image" and plugin["image"]["digest"] == image.digest
@@ -131,7 +134,7 @@ def test_the_plugin_image_runs_as_its_daemonset_deploys_it(pciwatch, tmp_path):
 def test_a_docker_save_tarball_of_the_plugin_certifies(pciwatch, tmp_path):
     """A Pod manifest of its own (the image's Entrypoint, the manifest's args; lost devices dropped)."""
     pod = pciwatch_pod(tmp_path / "pod.yaml", ["--resource", RESOURCE, "--ids", IDS, "--lost", "drop"])
-    code, cert, outcomes = _certify(tmp_path, None, clauses=("DP-01", "DP-02", "DP-03"), plugin_args=(
+    code, cert, outcomes = _certify(tmp_path, None, clauses=("DP-02",), plugin_args=(
         "--device-plugin-image", str(pciwatch["docker"]), "--device-plugin-manifest", str(pod)))
     assert code == 0 and set(_verdicts(cert).values()) == {"pass"}, (code, outcomes)
     assert cert["device_plugin"]["image"]["form"] == "docker-archive"
