@@ -3,8 +3,9 @@ listed before still Healthy) within `dp_hot_add_ms`, without a plugin restart.
 
 Measured on the node's clock: the kernel's `add` uevent (an independent `udevadm monitor`) to
 the stand-in's record of the ListAndWatch message listing one more Healthy device. A profile
-with `dp_hot_add_stall_limit_ms` (emulated) judges each figure less the node's stalls inside it
-(fixtures/stall_witness.py; fixtures/floor_judgement.py `judge_less_stalls`): at load 8 an add
+with `dp_hot_add_stall_limit_ms` (emulated) judges each figure less the acting thread's stalls
+inside it (the guest's virtual CPUs' wait for a host CPU: fixtures/stall_witness.py `acting`;
+fixtures/floor_judgement.py `judge_less_stalls`), bounded by that limit: at load 8 an add
 advertised after 5.6 s failed a correct plugin against 5 s.
 """
 
@@ -67,7 +68,7 @@ def test_a_device_added_to_an_empty_slot_is_advertised(host_factory, measurement
                 stalled = stall_witness.stop()
             added_ns = int(kernel_event_ms(seen, "add", added.bdf) * 1e6)
             figures.append(ms_after(grown, added_ns))
-            stalls.append(stalled_ms(stalled, added_ns, grown["ts_ns"]))
+            stalls.append(stalled_ms(stalled, added_ns, grown["ts_ns"], acting=True))
         assert host.runtime_pid() == pid, "the plugin was restarted"
     judge_less_stalls(host, measurements, "DP-05", "hot_add_advertised", figures, stalls, "dp_hot_add_ms",
                       "dp_hot_add_stall_limit_ms", stat="max")

@@ -15,6 +15,8 @@ from hilconform.fixtures.floor_judgement import (
 )
 
 KEYS = FloorBudgets(absolute="total_ms", share="share_ms", floor_limit="floor_limit_ms")
+STALL_KEYS = FloorBudgets(absolute="total_ms", share="share_ms", floor_limit="floor_limit_ms",
+                          stall_limit="stall_limit_ms")
 
 
 class _Host:
@@ -113,7 +115,7 @@ def test_a_late_interval_on_a_profile_without_a_stall_limit_is_judged_whole():
 
 def test_a_late_interval_whose_stalls_account_for_it_passes():
     recorded = _judge_interval(_Host(stall_limit_ms=1000), 653, 350)
-    assert recorded["give_up"].budget is None  # recorded, not judged
+    assert recorded["give_up"].budget == 450 and not recorded["give_up"].within_budget  # late whole
     assert recorded["give_up_over_stalls"].max == 303 and recorded["give_up_over_stalls"].within_budget
     assert recorded["give_up_stalled"].within_budget
 
@@ -124,19 +126,26 @@ def test_a_late_interval_beyond_its_stalls_fails_when_the_stalls_met_their_limit
 
 
 def test_a_late_interval_beyond_its_stalls_is_inconclusive_when_the_node_stalled_past_its_limit():
-    with pytest.raises(Inconclusive, match="too slow to judge"):
+    with pytest.raises(Inconclusive, match="too stalled to judge"):
         _judge_interval(_Host(stall_limit_ms=1000), 3000, 1500)
 
 
-def _judge_with_stalls(host, totals, floors, stalls):
+def test_a_late_interval_excused_only_by_a_stall_over_its_limit_is_never_a_pass():
+    """The excuse is bounded: 653 ms less a 500 ms stall would be within 450, but a stall over the
+    150 ms limit is more than the judged path ever needs."""
+    with pytest.raises(Inconclusive, match="over its limit"):
+        _judge_interval(_Host(stall_limit_ms=150), 653, 500)
+
+
+def _judge_with_stalls(host, totals, floors, stalls, keys=STALL_KEYS):
     measurements = _Measurements()
-    judge_over_floor(host, measurements, "DISC-03", "cold", totals, floors, KEYS, stat="max", stalls=stalls)
+    judge_over_floor(host, measurements, "DISC-03", "cold", totals, floors, keys, stat="max", stalls=stalls)
     return measurements.recorded
 
 
 def test_each_sample_and_floor_is_taken_less_its_own_stalls():
     """DISC-03 at load 8 (2026-12-04): a 5.6 s start with 5.1 s of it stalled, a floor of 0.47 s."""
-    host = _Host(share_ms=3500, floor_limit_ms=3000)
+    host = _Host(share_ms=3500, floor_limit_ms=3000, stall_limit_ms=6000)
     recorded = _judge_with_stalls(host, [5630, 1000], [470, 900], ([5100, 0], [0, 400]))
     assert recorded["cold"].values == [5630, 1000]  # as measured
     assert recorded["cold_floor"].values == [470, 900] and recorded["cold_floor"].budget is None
@@ -146,8 +155,24 @@ def test_each_sample_and_floor_is_taken_less_its_own_stalls():
     assert recorded["cold_stalled"].values == [5100, 0] and recorded["cold_floor_stalled"].values == [0, 400]
 
 
+def test_a_share_passed_only_by_stalls_over_their_limit_is_inconclusive():
+    """The same start with a stall limit of 1 s: 5.1 s of stall is more than any series needs, so
+    the share over budget whole is too stalled to judge, never a pass."""
+    host = _Host(share_ms=3500, floor_limit_ms=3000, stall_limit_ms=1000)
+    with pytest.raises(Inconclusive, match="too stalled to judge"):
+        _judge_with_stalls(host, [5630, 1000], [470, 900], ([5100, 0], [0, 400]))
+    recorded = _judge_with_stalls(host, [3000, 1000], [470, 900], ([2900, 0], [0, 0]))
+    assert recorded["cold_over_floor_with_stalls"].within_budget  # within budget whole: no excuse needed
+
+
+def test_stalls_without_a_stall_limit_are_recorded_not_subtracted():
+    host = _Host(share_ms=3500, floor_limit_ms=3000, stall_limit_ms=6000)
+    with pytest.raises(AssertionError, match="floor met its limit"):
+        _judge_with_stalls(host, [5630, 1000], [470, 900], ([5100, 0], [0, 0]), keys=KEYS)
+
+
 def test_a_slow_runtime_on_an_unstalled_node_still_fails():
-    host = _Host(share_ms=3500, floor_limit_ms=3000)
+    host = _Host(share_ms=3500, floor_limit_ms=3000, stall_limit_ms=6000)
     with pytest.raises(AssertionError, match="floor met its limit"):
         _judge_with_stalls(host, [4500, 1000], [450, 400], ([0, 0], [0, 0]))
     with pytest.raises(AssertionError, match="floor met its limit"):  # its stalls do not excuse its own time
@@ -171,7 +196,7 @@ def test_a_figure_over_budget_only_by_the_nodes_stalls_passes():
     """DP-05 at load 8 (2026-12-04): an add advertised after 5.6 s against 5 s."""
     host = _Host(total_ms=5000, stall_limit_ms=10000)
     recorded = _judge_less_stalls(host, [5622, 3258], [1200, 300])
-    assert recorded["advertised"].budget is None and recorded["advertised_stalled"].budget == 10000
+    assert recorded["advertised"].budget == 5000 and recorded["advertised_stalled"].budget == 10000
     assert recorded["advertised_less_stalls"].values == [4422, 2958]
     assert recorded["advertised_less_stalls"].within_budget
 
@@ -182,6 +207,12 @@ def test_a_late_figure_fails_unless_the_node_was_too_stalled_to_judge():
         _judge_less_stalls(host, [7000], [500])
     with pytest.raises(Inconclusive, match="stalls inside it was over its limit"):
         _judge_less_stalls(host, [30000], [12000])
+
+
+def test_a_figure_passed_only_by_stalls_over_their_limit_is_inconclusive():
+    host = _Host(total_ms=5000, stall_limit_ms=1000)
+    with pytest.raises(Inconclusive, match="too stalled to judge"):
+        _judge_less_stalls(host, [5622], [1200])
 
 
 def test_without_a_stall_limit_the_whole_figure_is_judged():
