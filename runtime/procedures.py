@@ -454,6 +454,14 @@ def _recover(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks, faulted:
             host.step(run, "end", "failed", failed_step="reset")
             return {"recovered": False, "failed_step": "reset", "reset": outcome}
     if faulted:
+        try:
+            status, detail = restore_assigned_config(sysfs, bdf)
+        except OSError as exc:
+            status, detail = "failed", {"error": f"config write-back failed: {exc}"}
+        host.step(run, "config_restore", status, **detail)
+        if status == "failed":
+            host.step(run, "end", "failed", failed_step="config_restore", error=detail["error"])
+            return {"recovered": False, "failed_step": "config_restore", "detail": detail}
         failed, detail = self_check(host, run, info, hooks)
         if failed:
             host.step(run, "end", "failed", failed_step=failed, error=detail.get("error", ""))
@@ -468,6 +476,81 @@ def _recover(host: Host, run: Run, info: DeviceInfo, hooks: ClassHooks, faulted:
     restored = checkpoint["ok"] and host.restore_health(run, "recover", {**checkpoint, "name": "recover"})
     host.step(run, "end", "ok" if restored else "failed", **checkpoint)
     return {"recovered": bool(restored), "checkpoint": checkpoint}
+
+
+# The kernel's `resource` file flags (include/linux/ioport.h), and the config registers written back.
+_IORESOURCE_IO = 0x100
+_IORESOURCE_MEM = 0x200
+_IORESOURCE_MEM_64 = 0x100000
+BAR0_OFFSET = 0x10
+COMMAND_IO = 0x0001
+COMMAND_MEMORY = 0x0002
+
+
+def restore_assigned_config(sysfs: Sysfs, bdf: str) -> tuple[str, dict]:
+    """`recover` of a FAULTED device: write back the BAR addresses the kernel assigned (sysfs
+    ``resource``) when the device's registers lost them, and turn decoding back on.
+
+    Why: a fatal AER error's recovery resets the link (a secondary bus reset), which clears the
+    device's BARs and Command register; the kernel restores nothing itself, only a bound driver's
+    ``slot_reset`` does (nvme, nvidia.ko), and a driver without one (vfio-pci, which FPGA stacks
+    and user-space drivers bind) leaves the device unconfigured, its BAR0 unreadable. The sysfs
+    ``reset`` does not help: the kernel saves the config just before it and restores that, the
+    cleared one. The kernel's resource tree still holds the addresses, so writing them back is
+    what ``setpci`` would do by hand. Returns ("skipped", detail) when nothing was lost (the
+    driver restored it, or the config reads all ones: then the self-check judges), ("ok",
+    detail) when written back and read back as assigned, ("failed", detail) otherwise. Raises
+    OSError when the config file cannot be read or written.
+    """
+    raw = sysfs.read_config_header(bdf)
+    cs = parse_config(raw)
+    if not cs.present:
+        return "skipped", {"skipped": "config reads all ones: nothing to write back"}
+    registers = struct.unpack_from("<6I", raw, BAR0_OFFSET)
+    writes: list[tuple[int, int]] = []  # (offset, 32-bit value)
+    decode = 0
+    assigned: dict[int, int] = {}
+    for index, (start, end, flags) in enumerate(sysfs.resources(bdf)[:6]):
+        if not flags & (_IORESOURCE_IO | _IORESOURCE_MEM) or end <= start or not start:
+            continue
+        assigned[index] = start
+        if flags & _IORESOURCE_IO:
+            decode |= COMMAND_IO
+            low = (start & ~0x3) | (registers[index] & 0x3)
+            writes.append((BAR0_OFFSET + 4 * index, low & 0xFFFFFFFF))
+            continue
+        decode |= COMMAND_MEMORY
+        low = (start & ~0xF & 0xFFFFFFFF) | (registers[index] & 0xF)
+        writes.append((BAR0_OFFSET + 4 * index, low))
+        if flags & _IORESOURCE_MEM_64 and index < 5:
+            writes.append((BAR0_OFFSET + 4 * (index + 1), start >> 32 & 0xFFFFFFFF))
+    programmed = {b.index: b.address for b in cs.bars}
+    lost = sorted(i for i, start in assigned.items() if programmed.get(i) != start)
+    if not lost:
+        return "skipped", {"skipped": "every assigned BAR still programmed"}
+    enabled = sysfs.attr(bdf, "enable") != "0"  # decoding on only where the kernel enabled the device
+    command = cs.command | (decode if enabled else 0)
+    path = sysfs.device_path(bdf, "config")
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        for offset, value in writes:
+            os.pwrite(fd, struct.pack("<I", value), offset)
+        if command != cs.command:
+            os.pwrite(fd, struct.pack("<H", command), COMMAND_OFFSET)
+    finally:
+        os.close(fd)
+    after = parse_config(sysfs.read_config_header(bdf))
+    now = {b.index: b.address for b in after.bars}
+    detail = {
+        "bars_lost": lost,
+        "assigned": {str(i): f"0x{a:x}" for i, a in sorted(assigned.items())},
+        "command_before": f"0x{cs.command:04x}",
+        "command_after": f"0x{after.command:04x}",
+    }
+    wrong = sorted(i for i, start in assigned.items() if now.get(i) != start)
+    if wrong or (after.command & decode) != (command & decode):
+        return "failed", {**detail, "error": f"config read back not as written (BARs {wrong})"}
+    return "ok", detail
 
 
 # --- hot-remove (HP-01..04) -----------------------------------------------------------------

@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from fakesysfs import ConfigBuilder
+from fakesysfs import ConfigBuilder, FakeSysfs, io_bar, mem_bar
 from test_service import TIMEOUT, Client, Harness, healthy_nvme
 
 from hilconform.runtime import procedures, protocol
@@ -381,3 +381,64 @@ def test_recover_of_a_faulted_device_reruns_the_whole_self_check(harness):
     assert result == {"recovered": False, "failed_step": "firmware", "detail": result["detail"]}
     assert c.ok("device", {"device": NVME})["state"] == "FAULTED"
     assert c.wait_event("reset", device=NVME, source="recover")["outcome"] == "ok"
+
+
+# --- recover of a device whose link reset cleared its config (LIFE-01) ---------------------------
+def cleared_nvme_config(command: int = 0x0000) -> bytes:
+    """The nvme-like config after a secondary bus reset no driver repaired: BARs and Command 0."""
+    b = ConfigBuilder(command=command)
+    b.pm()
+    b.msix(65)
+    b.pcie(port_type=0, flr=True, link_cap=(1, 1), link_status=(1, 1))
+    return b.build()
+
+
+def test_restore_writes_back_the_assigned_bars_and_turns_decoding_on(tmp_path):
+    fake = FakeSysfs(tmp_path)
+    bdf = "0000:01:00.0"
+    config = bytearray(cleared_nvme_config())
+    struct.pack_into("<II", config, 0x10, 0x0000000C, 0)  # a 64-bit prefetchable BAR0, address lost
+    struct.pack_into("<I", config, 0x18, 0x00000001)  # an I/O BAR2, address lost
+    fake.add_device(bdf, bytes(config), resource=[mem_bar(0xFEA0000000, 0x1000000, prefetch=True),
+                                                  (0, 0, 0), io_bar(0xC000, 0x100)])
+    status, detail = procedures.restore_assigned_config(fake.sysfs, bdf)
+    assert status == "ok", detail
+    assert detail["bars_lost"] == [0, 2]
+    raw = (fake.device_dir(bdf) / "config").read_bytes()
+    assert struct.unpack_from("<III", raw, 0x10) == (0xA000000C, 0xFE, 0xC001)
+    assert struct.unpack_from("<H", raw, 4)[0] & 0x3 == 0x3  # memory and I/O decoding back on
+
+
+def test_restore_leaves_an_intact_or_absent_config_alone(tmp_path):
+    fake = FakeSysfs(tmp_path)
+    intact, absent = "0000:01:00.0", "0000:02:00.0"
+    fake.add_device(intact, resource=[mem_bar(0xFE000000, 0x4000)])
+    fake.add_device(absent, b"\xff" * 64, resource=[mem_bar(0xFD000000, 0x4000)])
+    before = (fake.device_dir(intact) / "config").read_bytes()
+    assert procedures.restore_assigned_config(fake.sysfs, intact)[0] == "skipped"
+    assert (fake.device_dir(intact) / "config").read_bytes() == before
+    assert procedures.restore_assigned_config(fake.sysfs, absent)[0] == "skipped"
+
+
+def test_restore_leaves_decoding_off_where_the_kernel_never_enabled_the_device(tmp_path):
+    fake = FakeSysfs(tmp_path)
+    bdf = "0000:01:00.0"
+    fake.add_device(bdf, cleared_nvme_config(), resource=[mem_bar(0xFE000000, 0x4000, mem64=False)])
+    fake.set_attr(bdf, "enable", "0")
+    assert procedures.restore_assigned_config(fake.sysfs, bdf)[0] == "ok"
+    raw = (fake.device_dir(bdf) / "config").read_bytes()
+    assert struct.unpack_from("<I", raw, 0x10)[0] == 0xFE000000
+    assert struct.unpack_from("<H", raw, 4)[0] & 0x2 == 0
+
+
+def test_recover_of_a_device_whose_link_reset_cleared_its_config_writes_it_back(harness):
+    c = healthy_nvme(harness)
+    harness.fake.set_config(NVME, cleared_nvme_config())  # the fatal error's link reset, no slot_reset
+    c.ok("health_poll", {"device": NVME})
+    c.wait_state(NVME, "FAULTED")
+    result = c.ok("recover", {"device": NVME})
+    assert result["recovered"] is True, result
+    restore = c.events("procedure", procedure="recover", step="config_restore")[0]
+    assert restore["status"] == "ok" and restore["bars_lost"] == [0]
+    assert c.ok("device", {"device": NVME})["state"] == "HEALTHY"
+    assert command_register(harness, NVME) & 0x2
