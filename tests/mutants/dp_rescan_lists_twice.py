@@ -1,10 +1,11 @@
 """Mutant dp_rescan_lists_twice, breaks DP-02: some seconds after a device arrives, one ID is listed twice.
 
 Plausible bug: besides reacting to events, the plugin rescans its devices once hot-plug activity
-has settled (QUIET_S after the last arrival) and merges what it found into its list by appending
-instead of replacing: a device that arrived (hot-added, or back after a loss) since the last
-rescan is listed twice, one ID in two entries, in every message from then on. The kubelet's
-capacity and checkpoint now disagree with the plugin's set (the API requires distinct IDs).
+has settled (QUIET_S after the latest arrival since its start's enumeration) and merges what it
+found into its list by appending instead of replacing: a device that arrived (hot-added, or back
+after a loss) since the last rescan is listed twice, one ID in two entries, in every message from
+then on. The kubelet's capacity and checkpoint now disagree with the plugin's set (the API
+requires distinct IDs).
 
 Every test judges the message that shows the arrival, which comes before the rescan, and reads
 a message's devices by ID (a duplicate collapses): the test that added the device passes. Only
@@ -21,7 +22,8 @@ from hilconform.runtime.deviceplugin import front_end
 
 from .launch import launch
 
-QUIET_S = 3.0  # how long after the latest arrival the rescan merges
+QUIET_S = 4.5  # how long after the latest arrival the rescan merges
+START_S = 2.0  # the start's enumeration is over once the set stayed the same this long
 
 
 def apply() -> None:
@@ -34,11 +36,15 @@ def apply() -> None:
         now = time.monotonic()
         healthy = {d.ID for d in current if d.health == front_end.HEALTHY}
         with lock:
-            state = seen.setdefault(endpoint.resource, {"healthy": None, "arrived": set(), "at": None})
-            if state["healthy"] is not None and healthy - state["healthy"]:  # a device arrived
-                state["arrived"] |= healthy - state["healthy"]
-                state["at"] = now
-            state["healthy"] = healthy
+            state = seen.setdefault(endpoint.resource, {"healthy": set(), "changed": now, "settled": False,
+                                                        "arrived": set(), "at": None})
+            if healthy != state["healthy"]:
+                if state["settled"] and healthy - state["healthy"]:  # a device arrived after the start
+                    state["arrived"] |= healthy - state["healthy"]
+                    state["at"] = now
+                state["healthy"], state["changed"] = healthy, now
+            # only arrivals after the start's enumeration are rescanned
+            state["settled"] = state["settled"] or now - state["changed"] >= START_S
             state["arrived"] &= healthy
             if state["at"] is None or now - state["at"] < QUIET_S or not state["arrived"]:
                 return current
