@@ -16,10 +16,15 @@ A fresh host each (destructive: devices are degraded, faulted and removed).
   holder; the holder's late release neither heals nor re-holds it), `recover` heals it (the way
   back after that way in), a later error degrades it again and its orderly removal takes it from
   DEGRADED to REMOVED; an idle HEALTHY device's orderly removal takes it HEALTHY -> REMOVED.
-The faulting tests (a held device that faults, an idle one faulted from DEGRADED and from
-HEALTHY, each then recovered) found `recover` failing its firmware step after a fatal AER
-error on the a100 model ('firmware version unreadable', 2026-12-06); they are out of the gate
-until that is understood, and docs/edge-coverage.md lists their edges as gaps with that reason.
+* A held device that faults, once while its holder uses it (renewed: main RUNNING) and once just
+  granted (main ALLOCATED): each time its lease is revoked; `recover` after the first brings it
+  back (FAULTED -> HEALTHY, main ERROR -> INITIALIZED); after the second it is removed FAULTED.
+* An idle device faulted from DEGRADED, then from HEALTHY: `recover` brings it back each time.
+
+A fatal error's link reset clears the device's BARs where no bound driver's `slot_reset` restores
+them (vfio-pci on the a100 models; nvme on the stock hosts restores them): `recover` must bring
+the device back either way (the reference runtime writes the kernel's assigned BARs back, its
+`config_restore` step).
 """
 
 from __future__ import annotations
@@ -94,3 +99,52 @@ def test_a_held_device_that_degrades_is_revoked_recovers_and_leaves_degraded(hos
     remove_and_wait_gone(host, runtime, idle, REMOVAL_TIMEOUT_S)
     listed = {d["device"] for d in runtime.call("inventory")["devices"]}
     assert not listed & {bdf, idle}, f"removed devices still listed: {sorted(listed & {bdf, idle})}"
+
+
+@pytest.mark.needs("aer-fatal", "orderly-removal")
+@pytest.mark.walks("health: HEALTHY > ALLOCATED > FAULTED > HEALTHY@recover > ALLOCATED > FAULTED > REMOVED")
+@pytest.mark.walks("main: INITIALIZED > ALLOCATED > RUNNING > ERROR > INITIALIZED > ALLOCATED > ERROR "
+                   "> POWER_OFF")
+def test_a_held_device_that_faults_is_revoked_recovers_and_leaves_faulted(host_factory):
+    host, runtime, _boot = _fresh(host_factory)
+    slot = host.targets("aer-fatal")[0]
+    bdf = host.target_bdf(slot)
+    wait_state(runtime, bdf, {"HEALTHY"})
+
+    mark = runtime.mark()
+    used = allocate(runtime, device=bdf, holder="life01-edges-used", ttl_s=60)
+    runtime.call("renew", {"lease": used["lease"]})  # the holder uses it: main RUNNING
+    host.get("aer-fatal").aer_fatal(slot, wait_recovery=True)
+    assert wait_state(runtime, bdf, {"FAULTED"})["lease"] is None
+    _revoked(runtime, mark, used, bdf)
+    _recover(runtime, bdf)
+
+    mark = runtime.mark()
+    fresh = allocate(runtime, device=bdf, holder="life01-edges-granted", ttl_s=60)
+    host.get("aer-fatal").aer_fatal(slot, wait_recovery=True)
+    assert wait_state(runtime, bdf, {"FAULTED"})["lease"] is None
+    _revoked(runtime, mark, fresh, bdf)
+    mark = runtime.mark()
+    host.get("orderly-removal").remove(slot)
+    runtime.wait_event("removed", mark, REMOVAL_TIMEOUT_S, match=lambda d: d["device"] == bdf,
+                       what=f"removal of the FAULTED {bdf}")
+
+
+@pytest.mark.needs("aer-fatal", "aer-nonfatal")
+@pytest.mark.walks("health: HEALTHY > DEGRADED > FAULTED > HEALTHY@recover > FAULTED > HEALTHY@recover")
+@pytest.mark.walks("main: INITIALIZED > ERROR > INITIALIZED > ERROR > INITIALIZED")
+def test_a_device_faulted_from_degraded_and_from_healthy_recovers_each_time(host_factory):
+    host, runtime, _boot = _fresh(host_factory)
+    slot = host.targets("aer-fatal")[0]
+    bdf = host.target_bdf(slot)
+    require_aer_recovery(wait_state(runtime, bdf, {"HEALTHY"}))
+
+    inject_nonfatal(host, slot, bdf)
+    wait_state(runtime, bdf, {"DEGRADED"})
+    host.get("aer-fatal").aer_fatal(slot, wait_recovery=True)
+    wait_state(runtime, bdf, {"FAULTED"})  # worse wins: DEGRADED -> FAULTED
+    _recover(runtime, bdf)
+
+    host.get("aer-fatal").aer_fatal(slot, wait_recovery=True)
+    wait_state(runtime, bdf, {"FAULTED"})
+    _recover(runtime, bdf)
