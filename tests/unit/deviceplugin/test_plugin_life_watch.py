@@ -363,3 +363,59 @@ def test_a_plugin_stopped_by_the_harness_is_not_gone(status):
     plugin = NodePlugin.__new__(NodePlugin)
     plugin.stopping = status == "0"
     assert plugin.exited(status) is None
+
+
+def test_kubelet_with_plugin_follows_its_stand_in_and_reads_on_before_the_stand_in_stops(monkeypatch):
+    """The wiring: a stand-in the block starts is followed from its first record; when the block
+    ends normally the watch settles (reads on, asks again) before the stand-in stops; a record the
+    plugin sent then is judged after the test's window; a block that failed is not read on."""
+    from hilconform.emulators.profile import load_profile
+    from hilconform.fixtures import device_plugin
+    from hilconform.fixtures.device_plugin import PluginChoice, kubelet_with_plugin
+    from hilconform.fixtures.kubelet_site import GUEST_SITE
+
+    host = types.SimpleNamespace(
+        name="h", profile=load_profile("a100-stock"), runtime=types.SimpleNamespace(hello={}),
+        runtime_overrides=dict(device_plugin.FRONT_END_ON), get=lambda wanted: host,
+        device_plugin_resources=lambda: {"1b36:0010": R}, kubelet_site=lambda: GUEST_SITE,
+        runtime_log=lambda: "")
+    order = []
+
+    class StandIn(FedKubelet):
+        def __init__(self, host_):
+            super().__init__(host_)
+            self.register_versions = set()
+
+        def start(self):
+            order.append("start")
+
+        def stop(self):
+            order.append(("stop", self.life_watch))
+            self.add([("a", "Healthy"), ("a", "Healthy")])  # after the watch ended: not judged
+
+        def log(self):
+            return ""
+
+    original = PluginLifeWatch.settle
+
+    def settle(watch, host_, plugin):
+        order.append("settle")
+        watch.kubelet.add([("a", "Healthy"), ("a", "Healthy")])  # the plugin's rescan, after the checks
+        original(watch, host_, plugin)
+
+    monkeypatch.setattr(device_plugin, "NodeKubelet", StandIn)
+    monkeypatch.setattr(PluginLifeWatch, "settle", settle)
+    monkeypatch.setattr(plugin_life_watch, "SETTLE_WATCH_S", 0.0)
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "suites/d.py::test_d (call)")
+    with kubelet_with_plugin(host, PluginChoice(), booted=True) as (kubelet, _plugin):
+        watch = kubelet.life_watch
+        kubelet.add([("a", "Healthy")])
+        kubelet.records(0)
+    assert order == ["start", "settle", ("stop", None)] and watch.ended
+    found = watch.take_unreported()
+    assert [(f.seq, f.after_test) for f in found] == [(2, "suites/d.py::test_d")], found
+
+    order.clear()
+    with pytest.raises(AssertionError), kubelet_with_plugin(host, PluginChoice(), booted=True):
+        raise AssertionError("the test's own finding")
+    assert order == ["start", ("stop", None)]
