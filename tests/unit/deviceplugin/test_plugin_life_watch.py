@@ -211,6 +211,7 @@ def test_the_end_reads_on_after_a_recent_change_and_judges_a_plugin_gone(monkeyp
     assert [(f.clause, f.seq) for f in found] == [("DP-02", 3), ("DP-03", 3), ("DP-02", 4)], found
     assert "keeps serving" in found[1].text
     assert any("watched the plugin" in n for n in watch.notes), watch.notes
+    assert any("the plugin's end watched in" in n for n in watch.notes), watch.notes
 
 
 def test_the_end_asks_the_tied_ids_again_through_plugin_ties(monkeypatch):
@@ -244,9 +245,13 @@ def test_the_watchs_own_trouble_is_a_note_never_a_finding():
 
     kubelet = Broken(types.SimpleNamespace(name="h"))
     watch = plugin_life_watch.follow(kubelet)
+    plugin_life_watch.take_ended_notes()
     watch.settle(kubelet.host, types.SimpleNamespace(resources=[]))
     plugin_life_watch.end(kubelet)
-    assert watch.take_unreported() == [] and len(watch.notes) == 2, watch.notes
+    notes = plugin_life_watch.take_ended_notes()  # the test's report section shows them
+    assert watch.take_unreported() == [] and len(notes) == 3, notes
+    assert "could not be watched" in notes[0] and "could not be read" in notes[1], notes
+    assert "0 ListAndWatch message(s) judged" in notes[2], notes
 
 
 # -- in a pytest process: reported by the test watch, counted against DP-02 ------------------------
@@ -338,6 +343,7 @@ def test_a_finding_after_a_tests_window_fails_the_run_naming_that_test(tmp_path)
         "test_its_plugin_keeps_the_rules": ("passed", []),
         "test_last_whose_stand_in_outlives_the_call": ("failed", ["DP-02"]),
     }, done.stdout[-4000:]
+    assert "2 ListAndWatch message(s) judged over the device plugin's life under the stand-in" in done.stdout
     twice = tests["test_its_plugin_lists_an_id_twice_after_its_checks"]["message"]
     assert "lists b more than once" in twice, twice
     assert "after test test_plugin_watched.py::test_its_plugin_lists_an_id_twice_after_its_checks" in twice
