@@ -49,7 +49,8 @@ pytestmark = [pytest.mark.clause("DISC-03"), pytest.mark.slow]
 RESTARTS = 5
 TICK_MS = 10.0  # resolution of the process start time (USER_HZ = 100)
 BUDGETS = FloorBudgets(absolute="cold_discovery_ms", share="cold_discovery_over_floor_ms",
-                       floor_limit="cold_discovery_floor_limit_ms", stall_limit="cold_discovery_stall_limit_ms")
+                       floor_limit="cold_discovery_floor_limit_ms",
+                       stall_limit="cold_discovery_stall_limit_ms")
 
 
 def test_cold_discovery_after_runtime_start(host, measurements):
