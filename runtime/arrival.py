@@ -148,6 +148,7 @@ class DeviceArrival:
             for src, current in baselines.items():
                 if src == info.bdf or src not in known:  # a port shared with a sibling keeps its baseline
                     self._counter.baseline(src, current)
+                    self._aer_applied[src] = next(self._aer_reads)  # reads begun before it are stale
             if self.identities.observe(info):
                 dev.identity_changed = True
                 self.emit(

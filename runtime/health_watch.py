@@ -35,21 +35,27 @@ class HealthWatch:
         with self._lock:
             devs = [d for d in self.devices.values() if not d.gone and (bdfs is None or d.bdf in bdfs)]
             sources = {d.bdf for d in devs} | {d.port for d in devs if d.port}
-            # Read and apply under one lock: several threads poll (kernel log, udev,
-            # health poll), and a stale read applied after a fresh one would look like
-            # a counter reset and count every error again. The aer_dev_* files are
-            # kernel memory, not config space, so reading them cannot block.
-            reads, unread = {}, 0
-            for src in sorted(sources):
-                try:
-                    reads[src] = self.sysfs.aer_counters(src)
-                except OwnResourcesShort as exc:  # not read: no delta now, the next read has it all
-                    self.own_errors.inconclusive(exc, f"{src} AER counters")
-                    unread += 1
+            number = next(self._aer_reads)
+        # Read outside the service lock: a dozen sysfs reads on a TCG guest's one CPU held it for
+        # 200-490 ms every health poll, and a hot-add's `discovered` waited behind them (DISC-02 on
+        # a100-stock, 2026-12-06). Several threads poll (kernel log, udev, health poll); a stale
+        # read applied after a fresh one would look like a counter reset and count every error
+        # again, so a read older than the latest one applied for its source is dropped (the
+        # counters are totals: the newer read already holds its counts). The aer_dev_* files are
+        # kernel memory, not config space, so reading them cannot block.
+        reads, unread = {}, 0
+        for src in sorted(sources):
+            try:
+                reads[src] = self.sysfs.aer_counters(src)
+            except OwnResourcesShort as exc:  # not read: no delta now, the next read has it all
+                self.own_errors.inconclusive(exc, f"{src} AER counters")
+                unread += 1
+        with self._lock:
             now = time.monotonic_ns()
             for src, counters in reads.items():
-                if not counters:
+                if not counters or self._aer_applied.get(src, 0) > number:
                     continue
+                self._aer_applied[src] = number
                 delta = self._counter.delta(src, totals(counters))
                 if not any(delta.values()):
                     continue

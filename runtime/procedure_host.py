@@ -199,6 +199,7 @@ class ProcedureHost:
         # another unit there later is flagged (DISC-05), the same unit back is not.
         for src in (bdf,) + ((dev.port,) if dev.port and dev.port not in self._known_sources() else ()):
             self._counter.forget(src)
+            self._aer_applied[src] = next(self._aer_reads)  # a read begun before the removal is stale
 
     def record_reset(self, run: procedures.Run, outcome: dict) -> None:
         with self._lock:

@@ -77,6 +77,8 @@ class Service(RequestMethods, HealthWatch, KernelLogReaction, DeviceArrival, Pro
         self._seq = 0
         self._runs = itertools.count(1)
         self._counter = CounterDeltas()
+        self._aer_reads = itertools.count(1)  # each AER counter read's number, taken under the lock
+        self._aer_applied: dict[str, int] = {}  # source -> the number of the latest read applied
         self._stop = threading.Event()
         self._tick_wake = threading.Event()  # the ticker: a stop, or leases to watch (_tick)
         self._threads: list[threading.Thread] = []

@@ -341,6 +341,42 @@ def recovery(harness: Harness, end: str, category: str = "nonfatal", at_port: bo
     harness.source.emit("change", Harness.NVME, ERROR_EVENT=end, DEVICE_ONLINE="1" if "SUCC" in end else "0")
 
 
+def test_aer_counters_are_read_outside_the_service_lock_and_a_stale_read_is_dropped(harness):
+    """The health poll's AER reads held the service lock 200-490 ms on a TCG guest, and a hot-add's
+    `discovered` waited behind them (DISC-02, a100-stock). Reads now run without it; a read begun
+    before one that was applied is dropped, never taken for a counter reset."""
+    c = healthy_nvme(harness)
+    svc = harness.svc
+    sysfs = svc.sysfs
+    original = sysfs.aer_counters
+    reading, go_on, stale = threading.Event(), threading.Event(), {}
+
+    def slow_read(bdf):
+        counters = original(bdf)
+        if threading.current_thread().name == "stale-poll" and bdf == Harness.PORT:
+            stale.update(counters)
+            reading.set()
+            assert go_on.wait(10)
+        return counters
+
+    sysfs.aer_counters = slow_read
+    try:
+        poll = threading.Thread(target=svc._poll_aer, args=([Harness.NVME],), name="stale-poll")
+        poll.start()
+        assert reading.wait(10)
+        assert svc._lock.acquire(timeout=2), "the service lock is held while AER counters are read"
+        svc._lock.release()
+        harness.fake.bump_aer(Harness.PORT, "nonfatal", "DLP", 2)  # counted on the device below it
+        svc._poll_aer([Harness.NVME])  # a fresh read, applied first
+        go_on.set()
+        poll.join(10)
+    finally:
+        sysfs.aer_counters = original
+    svc._poll_aer([Harness.NVME])  # a stale read applied would have made this count the 2 again
+    counted = [e for e in c.events("aer", kind="counted", device=Harness.NVME)]
+    assert [e["delta"]["nonfatal"] for e in counted] == [2], counted  # the stale read counted nothing
+
+
 @pytest.mark.parametrize(("policy", "expected"), [("HEALTHY", None), ("DEGRADED", "DEGRADED")])
 def test_recovered_nonfatal_error_is_counted_on_the_endpoint_and_follows_policy(harness, policy, expected):
     c = healthy_nvme(harness, aer={"nonfatal_recovered": policy})
