@@ -139,7 +139,7 @@ def main() -> None:
         if args.mutant:
             before = load()
             argv = [sys.executable, "-m", "hilconform.reports.self_check", "--host", args.host,
-                    "--no-reference", "--out", str(out / "mutants")]
+                    "--no-reference", "--under-load", "--out", str(out / "mutants")]
             argv += ["--mutant", *args.mutant]
             (out / "mutants").mkdir(parents=True, exist_ok=True)
             log = out / "mutants" / "self-check.log"

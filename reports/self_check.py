@@ -74,6 +74,7 @@ class Mutant:
     tests: tuple[str, ...]
     ci: bool
     hosts: tuple[str, ...] = ()  # the hosts that can show it (empty: any host)
+    under_load: bool = False  # misbehaves only when CPU load slows it: shown by benchmarks/loaded_gate.py
 
 
 @dataclass
@@ -121,15 +122,22 @@ def load_catalogue(path: Path = CATALOGUE) -> list[Mutant]:
             raise CatalogueError(f"{where}: duplicate name")
         if not entry["tests"] or not all(isinstance(t, str) and "::" in t for t in entry["tests"]):
             raise CatalogueError(f"{where}: 'tests' must list pytest node ids (path::test)")
-        unknown = sorted(set(entry) - {"name", "module", "breaks", "how", "tests", "ci", "hosts"})
+        unknown = sorted(set(entry) - {"name", "module", "breaks", "how", "tests", "ci", "hosts",
+                                       "under_load"})
         if unknown:
             raise CatalogueError(f"{where}: unknown key {unknown[0]!r}")
         hosts = entry.get("hosts", [])
         if not isinstance(hosts, list) or not all(isinstance(h, str) and ":" in h for h in hosts):
             raise CatalogueError(f"{where}: 'hosts' must list hosts as KIND:NAME")
+        under_load = entry.get("under_load", False)
+        if not isinstance(under_load, bool):
+            raise CatalogueError(f"{where}: 'under_load' must be true or false")
+        if under_load and entry["ci"]:
+            raise CatalogueError(f"{where}: an 'under_load' mutant cannot be in the CI subset "
+                                 f"(it needs CPU hogs)")
         seen.add(entry["name"])
         mutants.append(Mutant(entry["name"], entry["module"], entry["breaks"], entry["how"],
-                              tuple(entry["tests"]), entry["ci"], tuple(hosts)))
+                              tuple(entry["tests"]), entry["ci"], tuple(hosts), under_load))
     if not mutants:
         raise CatalogueError(f"{path}: no [[mutant]] entries")
     return mutants
@@ -350,9 +358,11 @@ def update_doc(doc: Path, table: str) -> None:
 # -- main ----------------------------------------------------------------------------------------
 
 def select(mutants: list[Mutant], names: list[str] | None, full: bool,
-           host: str | None = None) -> list[Mutant]:
+           host: str | None = None, under_load: bool = False) -> list[Mutant]:
     """The mutants asked for by name, else every one (--full) or the CI subset; without names,
-    a mutant whose catalogue entry names `hosts` runs only on those."""
+    a mutant whose catalogue entry names `hosts` runs only on those, and one marked `under_load`
+    only in a run under CPU load (`under_load`: benchmarks/loaded_gate.py): idle it is the
+    reference, and its survival there would prove nothing."""
     if names:
         known = {m.name: m for m in mutants}
         unknown = [n for n in names if n not in known]
@@ -360,12 +370,13 @@ def select(mutants: list[Mutant], names: list[str] | None, full: bool,
             raise CatalogueError(f"unknown mutant(s) {unknown}; known: {sorted(known)}")
         return [known[n] for n in names]
     chosen = mutants if full else [m for m in mutants if m.ci]
-    return [m for m in chosen if not m.hosts or host is None or host in m.hosts]
+    return [m for m in chosen if (not m.hosts or host is None or host in m.hosts)
+            and (under_load or not m.under_load)]
 
 
 def elsewhere(mutants: list[Mutant], chosen: list[Mutant]) -> list[Mutant]:
-    """The mutants left out because they are shown on other hosts."""
-    return [m for m in mutants if m.hosts and m not in chosen]
+    """The mutants left out because they are shown on other hosts, or only under CPU load."""
+    return [m for m in mutants if (m.hosts or m.under_load) and m not in chosen]
 
 
 def union(mutants: list[Mutant]) -> list[str]:
@@ -386,6 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="pytest runs at once (default 2)")
     parser.add_argument("--host", default="emulated:a100-stock")
     parser.add_argument("--doc", type=Path, help="also write the table into this markdown file")
+    parser.add_argument("--under-load", action="store_true",
+                        help="the caller loads the machine (benchmarks/loaded_gate.py): also run the "
+                             "mutants marked under_load, which idle behave as the reference")
     parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S,
                         help=f"limit per pytest run (default {DEFAULT_TIMEOUT_S})")
     args = parser.parse_args(argv)
@@ -395,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--jobs must be >= 1")
     try:
         catalogue = load_catalogue(args.catalogue)
-        chosen = select(catalogue, args.mutant, args.full, args.host)
+        chosen = select(catalogue, args.mutant, args.full, args.host, args.under_load)
     except CatalogueError as exc:
         print(f"self-check: {exc}", file=sys.stderr)
         return EXIT_BROKEN
@@ -406,8 +420,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BROKEN
     if not args.mutant:
         for mutant in elsewhere(catalogue if args.full else [m for m in catalogue if m.ci], chosen):
-            print(f"self-check: {mutant.name}: left out on {args.host}; it is shown on "
-                  f"{', '.join(mutant.hosts)}", flush=True)
+            if mutant.hosts and args.host not in mutant.hosts:
+                where = f"it is shown on {', '.join(mutant.hosts)}"
+            else:
+                where = f"it misbehaves only under CPU load: benchmarks/loaded_gate.py --mutant {mutant.name}"
+            print(f"self-check: {mutant.name}: left out on {args.host}; {where}", flush=True)
     out = args.out.resolve()
     for sub in ("junit", "logs"):
         (out / sub).mkdir(parents=True, exist_ok=True)

@@ -177,3 +177,23 @@ def test_table_names_each_mutant_its_catchers_and_the_converse(tmp_path):
     text = doc.read_text()
     assert "old" not in text and text.startswith("head\n") and text.endswith(f"{rs.TABLE_END}\ntail\n")
     assert table in text
+
+
+def test_a_mutant_shown_only_under_load_is_left_out_of_an_idle_full_run():
+    """drain_slow_under_load behaves as the reference when idle: an idle --full run would call it
+    a survivor, proving nothing; the loaded benchmark runs it (self_check --under-load)."""
+    catalogue = rs.load_catalogue()
+    loaded = [m for m in catalogue if m.under_load]
+    assert loaded and not any(m.ci for m in loaded)
+    idle = rs.select(catalogue, None, True, "emulated:a100")
+    assert not set(loaded) & set(idle) and set(loaded) <= set(rs.elsewhere(catalogue, idle))
+    assert set(loaded) <= set(rs.select(catalogue, None, True, "emulated:a100", under_load=True))
+    assert rs.select(catalogue, [loaded[0].name], False) == [loaded[0]]  # asked by name: run
+
+
+def test_an_under_load_mutant_in_the_ci_subset_is_refused(tmp_path):
+    bad = tmp_path / "mutants.toml"
+    bad.write_text('[[mutant]]\nname = "m"\nmodule = "x"\nbreaks = "HP-03"\nhow = "h"\n'
+                   'tests = ["a.py::t"]\nci = true\nunder_load = true\n')
+    with pytest.raises(rs.CatalogueError, match="under_load"):
+        rs.load_catalogue(bad)
