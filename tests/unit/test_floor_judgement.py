@@ -120,14 +120,21 @@ def test_a_late_interval_whose_stalls_account_for_it_passes():
     assert recorded["give_up_stalled"].within_budget
 
 
-def test_a_late_interval_beyond_its_stalls_fails_when_the_stalls_met_their_limit():
-    with pytest.raises(AssertionError, match="acting thread.s stall before its end met its limit"):
+def test_a_late_interval_beyond_its_stalls_fails():
+    with pytest.raises(AssertionError, match="even less the acting thread.s stall before its end"):
         _judge_interval(_Host(stall_limit_ms=1000), 3000, 200)  # a 3 s drain timeout
 
 
-def test_a_late_interval_beyond_its_stalls_is_inconclusive_when_the_node_stalled_past_its_limit():
-    with pytest.raises(Inconclusive, match="too stalled to judge"):
+def test_a_late_interval_beyond_even_a_stall_over_its_limit_fails():
+    """Less the whole 1.5 s stall the interval is still 1.5 s against 450: the runtime's own time,
+    whatever stalled (a runtime that keeps the CPU busy makes its own stall)."""
+    with pytest.raises(AssertionError, match="even less"):
         _judge_interval(_Host(stall_limit_ms=1000), 3000, 1500)
+
+
+def test_a_late_interval_within_its_window_only_less_a_stall_over_its_limit_is_inconclusive():
+    with pytest.raises(Inconclusive, match="too stalled to judge"):
+        _judge_interval(_Host(stall_limit_ms=1000), 1600, 1500)
 
 
 def test_a_late_interval_excused_only_by_a_stall_over_its_limit_is_never_a_pass():
@@ -201,11 +208,11 @@ def test_a_figure_over_budget_only_by_the_nodes_stalls_passes():
     assert recorded["advertised_less_stalls"].within_budget
 
 
-def test_a_late_figure_fails_unless_the_node_was_too_stalled_to_judge():
+def test_a_late_figure_fails_even_less_its_stalls_whatever_their_size():
     host = _Host(total_ms=5000, stall_limit_ms=10000)
-    with pytest.raises(AssertionError, match="stalls inside it met its limit"):
+    with pytest.raises(AssertionError, match="even less the acting thread.s stalls inside it"):
         _judge_less_stalls(host, [7000], [500])
-    with pytest.raises(Inconclusive, match="stalls inside it was over its limit"):
+    with pytest.raises(AssertionError, match="even less"):  # 18 s of its own, past a 12 s stall
         _judge_less_stalls(host, [30000], [12000])
 
 
@@ -273,8 +280,10 @@ def test_reported_times_the_host_did_not_see_fail_unless_the_acting_thread_stall
         _judge_timer(_Host(stall_limit_ms=300), _report(310), 910, end_stall_ms=100)
     recorded = _judge_timer(_Host(stall_limit_ms=300), _report(310), 550, end_stall_ms=100)
     assert recorded["give_up_report_lag_over_stalls"].values == [140]
-    with pytest.raises(Inconclusive):
+    with pytest.raises(AssertionError, match="not true"):  # 200 ms of its own lag past a 400 ms stall
         _judge_timer(_Host(stall_limit_ms=300), _report(310), 910, end_stall_ms=400)
+    with pytest.raises(Inconclusive):  # true only less a stall over its limit
+        _judge_timer(_Host(stall_limit_ms=300), _report(310), 700, end_stall_ms=400)
     with pytest.raises(AssertionError, match="not true"):  # real hosts: no excuse
         _judge_timer(_Host(), _report(310), 550, end_stall_ms=None)
 
