@@ -171,11 +171,16 @@ def test_healthy_queue_drains_without_reset(host_factory, measurements, precondi
         assert drain.get("polls", 0) > 0, (
             f"the drain of the {which} reported ok without reading the queue once ({drain})")
         interval_ms = (drain["ts_ns"] - previous["ts_ns"]) / 1e6
-        drain_ms[removal.round].append(drain["elapsed_ms"])
-        for figure, figure_ms in (("drain_step_interval", interval_ms),
-                                  ("drain_elapsed_reported", drain["elapsed_ms"])):
-            judge_interval_over_stalls(host, measurements, "HP-02", f"{figure}_{name}", figure_ms,
-                                       inside, 0, timeout_ms + tolerance_ms, "drain_stall_limit_ms")
+        try:  # a removal too stalled to time is set aside; the others are still judged (a later one
+            # may be where the runtime goes wrong: drain_first_only, under load)
+            for figure, figure_ms in (("drain_step_interval", interval_ms),
+                                      ("drain_elapsed_reported", drain["elapsed_ms"])):
+                judge_interval_over_stalls(host, measurements, "HP-02", f"{figure}_{name}", figure_ms,
+                                           inside, 0, timeout_ms + tolerance_ms, "drain_stall_limit_ms")
+        except Inconclusive as missed:
+            set_aside[removal.round].append(missed)
+        else:
+            drain_ms[removal.round].append(drain["elapsed_ms"])
         assert first_step(steps, "reset") is None, f"healthy queue was reset in the {which} ({order})"
         assert "reset" not in removal.result, f"the {which} reports a reset: {removal.result}"
         assert not events_for(runtime, removal.mark, "reset", bdf), f"reset event in the {which}"
