@@ -7,11 +7,6 @@ a VM) whose runtime client the test itself feeds; no VM.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
-
 from hilconform.fixtures.clauses import ALSO_FAILED_PROPERTY
 from hilconform.reports import self_check
 
@@ -208,21 +203,9 @@ def test_the_last_test_reports_what_its_hosts_last_events_broke(heals_at_teardow
 '''
 
 
-def _run(tmp_path) -> tuple[dict[str, dict], dict, str]:
-    (tmp_path / "test_watched.py").write_text(textwrap.dedent(TESTS))
-    junit = tmp_path / "junit.xml"
-    argv = [sys.executable, "-m", "pytest", "-p", "hilconform.fixtures.plugin", "-p", "no:cacheprovider",
-            "-p", "no:xdist", "-rA", "--run-dir", str(tmp_path / "run"), f"--junitxml={junit}",
-            str(tmp_path / "test_watched.py")]
-    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    lines = [json.loads(line) for line in (tmp_path / "run" / "progress.jsonl").read_text().splitlines()]
-    tests = {r["nodeid"].split("::")[1]: r for r in lines if r["kind"] == "test"}
-    outcomes = {nodeid.split("::")[1]: o for nodeid, o in self_check.read_junit(junit).items()}
-    return tests, outcomes, done.stdout
-
-
-def test_every_violation_of_the_runtimes_life_is_counted_once_against_life01(tmp_path):
-    tests, junit, stdout = _run(tmp_path)
+def test_every_violation_of_the_runtimes_life_is_counted_once_against_life01(watched_session):
+    tests, junit_xml, stdout = watched_session(TESTS, "test_watched.py")
+    junit = {nodeid.split("::")[1]: o for nodeid, o in self_check.read_junit(junit_xml).items()}
     seen = {name: (r["outcome"], r.get("also_failed", [])) for name, r in tests.items()}
     assert seen == {
         "test_passes_but_its_events_break_life01": ("failed", ["LIFE-01"]),

@@ -7,10 +7,6 @@ against the clause by the run record and the self-check (fixtures/transition_wat
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
 import types
 
 import pytest
@@ -328,22 +324,15 @@ def test_last_whose_stand_in_outlives_the_call(stand_in_to_teardown):
 '''
 
 
-def test_a_finding_after_a_tests_window_fails_the_run_naming_that_test(tmp_path):
-    (tmp_path / "test_plugin_watched.py").write_text(textwrap.dedent(TESTS))
-    junit = tmp_path / "junit.xml"
-    argv = [sys.executable, "-m", "pytest", "-p", "hilconform.fixtures.plugin", "-p", "no:cacheprovider",
-            "-p", "no:xdist", "-rA", "--run-dir", str(tmp_path / "run"), f"--junitxml={junit}",
-            str(tmp_path / "test_plugin_watched.py")]
-    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    lines = [json.loads(line) for line in (tmp_path / "run" / "progress.jsonl").read_text().splitlines()]
-    tests = {r["nodeid"].split("::")[1]: r for r in lines if r["kind"] == "test"}
+def test_a_finding_after_a_tests_window_fails_the_run_naming_that_test(watched_session):
+    tests, junit, stdout = watched_session(TESTS, "test_plugin_watched.py")
     seen = {name: (r["outcome"], r.get("also_failed", [])) for name, r in tests.items()}
     assert seen == {
         "test_its_plugin_lists_an_id_twice_after_its_checks": ("failed", ["DP-02"]),
         "test_its_plugin_keeps_the_rules": ("passed", []),
         "test_last_whose_stand_in_outlives_the_call": ("failed", ["DP-02"]),
-    }, done.stdout[-4000:]
-    assert "2 ListAndWatch message(s) judged over the device plugin's life under the stand-in" in done.stdout
+    }, stdout[-4000:]
+    assert "2 ListAndWatch message(s) judged over the device plugin's life under the stand-in" in stdout
     twice = tests["test_its_plugin_lists_an_id_twice_after_its_checks"]["message"]
     assert "lists b more than once" in twice, twice
     assert "after test test_plugin_watched.py::test_its_plugin_lists_an_id_twice_after_its_checks" in twice
